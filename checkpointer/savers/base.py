@@ -1,0 +1,246 @@
+"""The saver API every backend implements, sync and async, and what they can share.
+
+A backend overrides the sync methods, the async ones, or both. What it does not override:
+- the async methods run the sync ones in a worker thread (a sync saver serves `ainvoke`);
+- `get_delta_channel_history` walks the parent chain through `get_tuple`, visiting each
+  ancestor once for all channels. Backends with direct storage access replace it with one
+  query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+from checkpointer.errors import ConfigError
+from checkpointer.ids import next_channel_version
+from checkpointer.serde import Serializer, default_serializer
+from checkpointer.types import (
+    ChannelVersion,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    RunnableConfig,
+)
+
+PruneStrategy = Literal["keep_latest", "delete"]
+PRUNE_STRATEGIES: tuple[str, ...] = ("keep_latest", "delete")
+
+_FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
+
+
+def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Check `list(filter=...)` keys before any backend sees them.
+
+    Keys must be plain identifiers: a key is never spliced into SQL, but refusing odd ones
+    early gives a clear error instead of a query that silently matches nothing.
+    """
+    if filter is None:
+        return {}
+    if not isinstance(filter, Mapping):
+        raise ConfigError(f"filter must be a dict of metadata key -> value, got {filter!r}")
+    for key in filter:
+        if not isinstance(key, str) or not _FILTER_KEY.match(key):
+            raise ConfigError(
+                f"invalid metadata filter key {key!r}: use letters, digits, '_' or '-', "
+                "starting with a letter or '_'"
+            )
+    return dict(filter)
+
+
+def validate_prune_strategy(strategy: str) -> None:
+    if strategy not in PRUNE_STRATEGIES:
+        raise ValueError(
+            f"unknown prune strategy {strategy!r}; expected one of {', '.join(PRUNE_STRATEGIES)}"
+        )
+
+
+def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
+    return all(key in metadata and metadata[key] == value for key, value in filter.items())
+
+
+def new_blob_channels(
+    checkpoint: Checkpoint, new_versions: ChannelVersions
+) -> dict[str, tuple[ChannelVersion, Any]]:
+    """The `(version, value)` pairs `put` must store: only channels whose version moved and
+    that have a value in this checkpoint. Everything else keeps pointing at older blobs."""
+    values = checkpoint["channel_values"]
+    return {ch: (version, values[ch]) for ch, version in new_versions.items() if ch in values}
+
+
+class BaseCheckpointSaver:
+    """Where checkpoints, their channel values and pending writes are stored."""
+
+    serde: Serializer
+
+    def __init__(self, *, serde: Serializer | None = None) -> None:
+        self.serde = serde or default_serializer()
+
+    # ------------------------------------------------------------------ sync
+    def get(self, config: RunnableConfig) -> Checkpoint | None:
+        tup = self.get_tuple(config)
+        return tup.checkpoint if tup else None
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        raise NotImplementedError
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        raise NotImplementedError
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        raise NotImplementedError
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        raise NotImplementedError
+
+    def delete_thread(self, thread_id: str) -> None:
+        raise NotImplementedError
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        raise NotImplementedError
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        raise NotImplementedError
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Seed and writes for each channel, walking parents from `config`'s checkpoint.
+
+        Each ancestor is read once for all channels. A channel stops at the nearest ancestor
+        that stores a value for it (any stored value, None included); that ancestor's own
+        pending writes are part of the history, the target's are not.
+        """
+        if not channels:
+            return {}
+        walk = _HistoryWalk(channels)
+        target = self.get_tuple(config)
+        cursor = target.parent_config if target else None
+        while cursor is not None and walk.remaining:
+            tup = self.get_tuple(cursor)
+            if tup is None:
+                break
+            walk.visit(tup)
+            cursor = tup.parent_config
+        return walk.result()
+
+    def get_next_version(self, current: ChannelVersion | None, channel: Any = None) -> str:
+        """Next version string for a channel: increasing, and unique across forks."""
+        return next_channel_version(current)
+
+    # ----------------------------------------------------------------- async
+    async def aget(self, config: RunnableConfig) -> Checkpoint | None:
+        tup = await self.aget_tuple(config)
+        return tup.checkpoint if tup else None
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in items:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )
+
+
+class _HistoryWalk:
+    """Accumulates a parent-chain walk, newest ancestor first, for several channels at once."""
+
+    def __init__(self, channels: Sequence[str]) -> None:
+        self.channels = list(dict.fromkeys(channels))
+        self.remaining = set(self.channels)
+        self._collected: dict[str, list[PendingWrite]] = {c: [] for c in self.channels}
+        self._seeds: dict[str, Any] = {}
+
+    def visit(self, tup: CheckpointTuple) -> None:
+        # Writes arrive oldest first within a checkpoint; the walk goes newest first, so
+        # collect each checkpoint's writes reversed and flip the whole list at the end.
+        for write in reversed(tup.pending_writes or []):
+            if write[1] in self.remaining:
+                self._collected[write[1]].append(write)
+        values = tup.checkpoint["channel_values"]
+        for ch in list(self.remaining):
+            if ch in values:
+                self._seeds[ch] = values[ch]
+                self.remaining.discard(ch)
+
+    def result(self) -> dict[str, DeltaChannelHistory]:
+        out: dict[str, DeltaChannelHistory] = {}
+        for ch in self.channels:
+            entry: DeltaChannelHistory = {"writes": self._collected[ch][::-1]}
+            if ch in self._seeds:
+                entry["seed"] = self._seeds[ch]
+            out[ch] = entry
+        return out

@@ -1,0 +1,183 @@
+"""Records exchanged between runtimes and savers.
+
+The shapes follow LangGraph's (plain dicts and tuples, no LangChain import) so that a
+checkpoint written by one runtime reads the same through the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
+
+from checkpointer.errors import ConfigError
+from checkpointer.ids import new_checkpoint_id
+
+RunnableConfig = dict[str, Any]
+"""`{"configurable": {"thread_id": ..., "checkpoint_ns": ..., "checkpoint_id": ...}}`."""
+
+ChannelVersion = str | int | float
+ChannelVersions = dict[str, ChannelVersion]
+
+PendingWrite = tuple[str, str, Any]
+"""`(task_id, channel, value)`: one write a task made, not yet applied to a checkpoint."""
+
+CHECKPOINT_FORMAT_VERSION = 4
+
+# Channels with a reserved meaning. Their writes take a fixed negative `idx`, and a batch made
+# only of them replaces what was stored (the runtime re-sends the latest error or interrupt).
+ERROR = "__error__"
+SCHEDULED = "__scheduled__"
+INTERRUPT = "__interrupt__"
+RESUME = "__resume__"
+TASKS = "__pregel_tasks"
+WRITES_IDX_MAP: dict[str, int] = {ERROR: -1, SCHEDULED: -2, INTERRUPT: -3, RESUME: -4}
+
+Source = Literal["input", "loop", "update", "fork"]
+
+
+class CheckpointMetadata(TypedDict, total=False):
+    """What the runtime records about a checkpoint; user keys are allowed too."""
+
+    source: Source
+    step: int
+    parents: dict[str, str]
+    run_id: str
+    counters_since_delta_snapshot: dict[str, tuple[int, int]]
+
+
+class Checkpoint(TypedDict):
+    """The state of every channel after one superstep."""
+
+    v: int
+    id: str
+    ts: str
+    channel_values: dict[str, Any]
+    channel_versions: ChannelVersions
+    versions_seen: dict[str, ChannelVersions]
+    updated_channels: list[str] | None
+
+
+class CheckpointTuple(NamedTuple):
+    """A checkpoint as a saver returns it, with where it lives and what is pending on it."""
+
+    config: RunnableConfig
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    parent_config: RunnableConfig | None = None
+    pending_writes: list[PendingWrite] | None = None
+
+
+class DeltaChannelHistory(TypedDict):
+    """What the ancestor walk found for one delta channel.
+
+    `writes` are oldest first; `seed` is the value stored at the nearest ancestor that holds
+    one, absent when the walk reached the root without finding any (start empty).
+    """
+
+    writes: list[PendingWrite]
+    seed: NotRequired[Any]
+
+
+def utc_now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def empty_checkpoint() -> Checkpoint:
+    """A checkpoint with no channel values, the starting point of a new thread."""
+    return Checkpoint(
+        v=CHECKPOINT_FORMAT_VERSION,
+        id=new_checkpoint_id(),
+        ts=utc_now_iso(),
+        channel_values={},
+        channel_versions={},
+        versions_seen={},
+        updated_channels=None,
+    )
+
+
+def copy_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
+    """A copy whose dicts can be changed without touching the original."""
+    return Checkpoint(
+        v=checkpoint["v"],
+        id=checkpoint["id"],
+        ts=checkpoint["ts"],
+        channel_values=dict(checkpoint["channel_values"]),
+        channel_versions=dict(checkpoint["channel_versions"]),
+        versions_seen={k: dict(v) for k, v in checkpoint["versions_seen"].items()},
+        updated_channels=checkpoint.get("updated_channels"),
+    )
+
+
+def make_config(
+    thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None
+) -> RunnableConfig:
+    """Build the config that addresses a thread, or one checkpoint of it."""
+    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def _configurable(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config must be a dict with a 'configurable' key, got {config!r}")
+    configurable = config.get("configurable")
+    if not isinstance(configurable, Mapping):
+        raise ConfigError(
+            "config['configurable'] is missing or not a dict; expected "
+            "{'configurable': {'thread_id': ...}}"
+        )
+    return configurable
+
+
+def thread_id_of(config: Mapping[str, Any]) -> str:
+    """The thread a config addresses; a clear error if it names none."""
+    value = _configurable(config).get("thread_id")
+    if value is None:
+        raise ConfigError("config['configurable']['thread_id'] is required")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ConfigError(
+            f"config['configurable']['thread_id'] must be a string, got {type(value).__name__}"
+        )
+    return str(value)
+
+
+def checkpoint_ns_of(config: Mapping[str, Any]) -> str:
+    value = _configurable(config).get("checkpoint_ns", "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError(
+            "config['configurable']['checkpoint_ns'] must be a string, "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+def checkpoint_id_of(config: Mapping[str, Any]) -> str | None:
+    """The checkpoint a config addresses, or None for the thread's latest."""
+    value = _configurable(config).get("checkpoint_id")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(
+            "config['configurable']['checkpoint_id'] must be a string, "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+def task_path_sort_key(task_path: str, task_id: str, idx: int) -> tuple[str, str, int]:
+    """The order live execution applied a superstep's writes in (empty paths first)."""
+    return (task_path, task_id, idx)
+
+
+def write_idx(channel: str, position: int) -> int:
+    """Storage index of a write: its position, or the fixed slot of a special channel."""
+    return WRITES_IDX_MAP.get(channel, position)
+
+
+def is_special_batch(channels: list[str]) -> bool:
+    """Whether a put_writes batch replaces stored rows instead of inserting if absent."""
+    return bool(channels) and all(c in WRITES_IDX_MAP for c in channels)
