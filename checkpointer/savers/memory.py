@@ -1,0 +1,384 @@
+"""In-memory saver: the whole API without a database, for tests and short-lived processes.
+
+Values are stored serialized, as a database would hold them, so a caller mutating a value
+after `put` cannot change what was saved, and a type the serializer cannot round-trip fails
+here as it would in production.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpointer.errors import CheckpointerError
+from checkpointer.savers.base import (
+    BaseCheckpointSaver,
+    _HistoryWalk,
+    metadata_matches,
+    new_blob_channels,
+    validate_metadata_filter,
+    validate_prune_strategy,
+)
+from checkpointer.serde import Serializer
+from checkpointer.types import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    RunnableConfig,
+    checkpoint_id_of,
+    checkpoint_ns_of,
+    is_special_batch,
+    make_config,
+    thread_id_of,
+    write_idx,
+)
+
+Typed = tuple[str, bytes]
+BlobKey = tuple[str, str, str, str]  # thread, namespace, channel, version
+
+
+@dataclass(slots=True)
+class _StoredWrite:
+    task_id: str
+    idx: int
+    channel: str
+    value: Typed
+    task_path: str
+
+
+@dataclass(slots=True)
+class _StoredCheckpoint:
+    """A checkpoint row: the record without its values, which live in the blob store."""
+
+    record: Typed
+    metadata: Typed
+    parent_id: str | None
+    channel_versions: ChannelVersions
+    run_id: str | None
+    writes: dict[tuple[str, int], _StoredWrite] = field(default_factory=dict)
+
+
+Namespace = dict[str, _StoredCheckpoint]
+
+
+class InMemorySaver(BaseCheckpointSaver):
+    """Keeps every thread in process memory; thread-safe, lost when the process ends."""
+
+    def __init__(self, *, serde: Serializer | None = None) -> None:
+        super().__init__(serde=serde)
+        self._lock = threading.RLock()
+        self._threads: dict[str, dict[str, Namespace]] = {}
+        self._blobs: dict[BlobKey, Typed] = {}
+        # Writes may arrive before their checkpoint (no foreign key, as in SQL).
+        self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], _StoredWrite]] = {}
+
+    # ------------------------------------------------------------- reading
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        with self._lock:
+            namespace = self._threads.get(thread_id, {}).get(ns)
+            if not namespace:
+                return None
+            if checkpoint_id is None:
+                checkpoint_id = max(namespace)
+            stored = namespace.get(checkpoint_id)
+            if stored is None:
+                return None
+            return self._load(thread_id, ns, checkpoint_id, stored)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        wanted = validate_metadata_filter(filter)
+        before_id = checkpoint_id_of(before) if before else None
+        thread_filter = thread_id_of(config) if config else None
+        ns_filter = None
+        exact_id = None
+        if config is not None:
+            configurable = config["configurable"]
+            if "checkpoint_ns" in configurable:
+                ns_filter = checkpoint_ns_of(config)
+            exact_id = checkpoint_id_of(config)
+        with self._lock:
+            rows = [
+                (thread_id, ns, checkpoint_id)
+                for thread_id, namespaces in self._threads.items()
+                if thread_filter is None or thread_id == thread_filter
+                for ns, namespace in namespaces.items()
+                if ns_filter is None or ns == ns_filter
+                for checkpoint_id in namespace
+                if (exact_id is None or checkpoint_id == exact_id)
+                and (before_id is None or checkpoint_id < before_id)
+            ]
+        rows.sort(key=lambda row: row[2], reverse=True)
+        remaining = limit
+        # The lock is taken per item, never across a yield: a caller may use the saver
+        # while iterating.
+        for thread_id, ns, checkpoint_id in rows:
+            if remaining is not None and remaining <= 0:
+                return
+            with self._lock:
+                stored = self._threads.get(thread_id, {}).get(ns, {}).get(checkpoint_id)
+                if stored is None:
+                    continue
+                if wanted and not metadata_matches(self.serde.loads_typed(stored.metadata), wanted):
+                    continue
+                tup = self._load(thread_id, ns, checkpoint_id, stored)
+            if remaining is not None:
+                remaining -= 1
+            yield tup
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        if not channels:
+            return {}
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        walk = _HistoryWalk(channels)
+        with self._lock:
+            namespace = self._threads.get(thread_id, {}).get(ns, {})
+            target_id = checkpoint_id_of(config) or (max(namespace) if namespace else None)
+            target = namespace.get(target_id) if target_id else None
+            cursor = target.parent_id if target else None
+            while cursor is not None and walk.remaining:
+                stored = namespace.get(cursor)
+                if stored is None:
+                    break
+                walk.visit(self._load(thread_id, ns, cursor, stored))
+                cursor = stored.parent_id
+        return walk.result()
+
+    def _load(
+        self, thread_id: str, ns: str, checkpoint_id: str, stored: _StoredCheckpoint
+    ) -> CheckpointTuple:
+        checkpoint: Checkpoint = self.serde.loads_typed(stored.record)
+        values: dict[str, Any] = {}
+        for channel, version in stored.channel_versions.items():
+            blob = self._blobs.get((thread_id, ns, channel, str(version)))
+            if blob is not None:
+                values[channel] = self.serde.loads_typed(blob)
+        checkpoint["channel_values"] = values
+        writes = sorted(stored.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
+        pending: list[PendingWrite] = [
+            (w.task_id, w.channel, self.serde.loads_typed(w.value)) for w in writes
+        ]
+        parent = (
+            make_config(thread_id, ns, stored.parent_id) if stored.parent_id is not None else None
+        )
+        return CheckpointTuple(
+            config=make_config(thread_id, ns, checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=self.serde.loads_typed(stored.metadata),
+            parent_config=parent,
+            pending_writes=pending,
+        )
+
+    # ------------------------------------------------------------- writing
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        parent_id = checkpoint_id_of(config)
+        record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        blobs = {
+            (thread_id, ns, channel, str(version)): self.serde.dumps_typed(value)
+            for channel, (version, value) in new_blob_channels(checkpoint, new_versions).items()
+        }
+        stored = _StoredCheckpoint(
+            record=self.serde.dumps_typed(record),
+            metadata=self.serde.dumps_typed(dict(metadata)),
+            parent_id=parent_id,
+            channel_versions=dict(checkpoint["channel_versions"]),
+            run_id=_run_id(metadata),
+        )
+        with self._lock:
+            self._blobs.update(blobs)
+            namespace = self._threads.setdefault(thread_id, {}).setdefault(ns, {})
+            previous = namespace.get(checkpoint["id"])
+            early = self._orphan_writes.pop((thread_id, ns, checkpoint["id"]), {})
+            stored.writes = {**early, **(previous.writes if previous else {})}
+            namespace[checkpoint["id"]] = stored
+        return make_config(thread_id, ns, checkpoint["id"])
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        if checkpoint_id is None:
+            raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
+        replace = is_special_batch([channel for channel, _ in writes])
+        rows = [
+            _StoredWrite(
+                task_id=task_id,
+                idx=write_idx(channel, position),
+                channel=channel,
+                value=self.serde.dumps_typed(value),
+                task_path=task_path,
+            )
+            for position, (channel, value) in enumerate(writes)
+        ]
+        with self._lock:
+            stored = self._threads.get(thread_id, {}).get(ns, {}).get(checkpoint_id)
+            if stored is not None:
+                target = stored.writes
+            else:
+                target = self._orphan_writes.setdefault((thread_id, ns, checkpoint_id), {})
+            for row in rows:
+                key = (row.task_id, row.idx)
+                if replace or key not in target:
+                    target[key] = row
+
+    # ----------------------------------------------------------- lifecycle
+    def delete_thread(self, thread_id: str) -> None:
+        with self._lock:
+            self._threads.pop(thread_id, None)
+            self._blobs = {k: v for k, v in self._blobs.items() if k[0] != thread_id}
+            self._orphan_writes = {
+                k: v for k, v in self._orphan_writes.items() if k[0] != thread_id
+            }
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        doomed_runs = set(run_ids)
+        if not doomed_runs:
+            return
+        with self._lock:
+            for thread_id, namespaces in self._threads.items():
+                for ns, namespace in namespaces.items():
+                    doomed = {cid for cid, s in namespace.items() if s.run_id in doomed_runs}
+                    if not doomed:
+                        continue
+                    _refuse_if_history_severed(thread_id, ns, namespace, doomed, self._blobs)
+                    for cid in doomed:
+                        del namespace[cid]
+            self._drop_unreferenced_blobs()
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        with self._lock:
+            source = self._threads.get(source_thread_id, {})
+            target = self._threads.setdefault(target_thread_id, {})
+            for ns, namespace in source.items():
+                copied = target.setdefault(ns, {})
+                for cid, stored in namespace.items():
+                    copied[cid] = _StoredCheckpoint(
+                        record=stored.record,
+                        metadata=stored.metadata,
+                        parent_id=stored.parent_id,
+                        channel_versions=dict(stored.channel_versions),
+                        run_id=stored.run_id,
+                        writes=dict(stored.writes),
+                    )
+            for (thread_id, ns, channel, version), blob in list(self._blobs.items()):
+                if thread_id == source_thread_id:
+                    self._blobs[(target_thread_id, ns, channel, version)] = blob
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        validate_prune_strategy(strategy)
+        with self._lock:
+            for thread_id in thread_ids:
+                if strategy == "delete":
+                    self.delete_thread(thread_id)
+                    continue
+                for ns, namespace in self._threads.get(thread_id, {}).items():
+                    if not namespace:
+                        continue
+                    keep = _needed_for_head(thread_id, ns, namespace, self._blobs)
+                    for cid in set(namespace) - keep:
+                        del namespace[cid]
+            self._drop_unreferenced_blobs()
+
+    def _drop_unreferenced_blobs(self) -> None:
+        referenced = {
+            (thread_id, ns, channel, str(version))
+            for thread_id, namespaces in self._threads.items()
+            for ns, namespace in namespaces.items()
+            for stored in namespace.values()
+            for channel, version in stored.channel_versions.items()
+        }
+        self._blobs = {k: v for k, v in self._blobs.items() if k in referenced}
+
+
+def _run_id(metadata: Mapping[str, Any]) -> str | None:
+    value = metadata.get("run_id")
+    return None if value is None else str(value)
+
+
+def _unstored_channels(
+    thread_id: str, ns: str, stored: _StoredCheckpoint, blobs: Mapping[BlobKey, Typed]
+) -> set[str]:
+    """Channels with a version but no value here: their value comes from the ancestors."""
+    return {
+        channel
+        for channel, version in stored.channel_versions.items()
+        if (thread_id, ns, channel, str(version)) not in blobs
+    }
+
+
+def _history_ancestors(
+    thread_id: str,
+    ns: str,
+    namespace: Namespace,
+    checkpoint_id: str,
+    blobs: Mapping[BlobKey, Typed],
+) -> list[str]:
+    """Ancestors whose writes or values the delta channels of `checkpoint_id` replay."""
+    stored = namespace[checkpoint_id]
+    remaining = _unstored_channels(thread_id, ns, stored, blobs)
+    chain: list[str] = []
+    cursor = stored.parent_id
+    while remaining and cursor is not None and cursor in namespace:
+        chain.append(cursor)
+        ancestor = namespace[cursor]
+        remaining = {
+            channel
+            for channel in remaining
+            if (thread_id, ns, channel, str(ancestor.channel_versions.get(channel))) not in blobs
+        }
+        cursor = ancestor.parent_id
+    return chain
+
+
+def _needed_for_head(
+    thread_id: str, ns: str, namespace: Namespace, blobs: Mapping[BlobKey, Typed]
+) -> set[str]:
+    head = max(namespace)
+    return {head, *_history_ancestors(thread_id, ns, namespace, head, blobs)}
+
+
+def _refuse_if_history_severed(
+    thread_id: str,
+    ns: str,
+    namespace: Namespace,
+    doomed: set[str],
+    blobs: Mapping[BlobKey, Typed],
+) -> None:
+    """Deleting a run must not leave another run's checkpoint unable to rebuild its state."""
+    for cid in namespace:
+        if cid in doomed:
+            continue
+        needed = doomed.intersection(_history_ancestors(thread_id, ns, namespace, cid, blobs))
+        if needed:
+            raise CheckpointerError(
+                f"cannot delete these runs: checkpoint {cid} of thread {thread_id!r} "
+                f"rebuilds its delta channels from checkpoint(s) {sorted(needed)} they "
+                "created; delete the later runs too, or prune the thread first"
+            )
