@@ -46,12 +46,13 @@ DELTA_MAX_SUPERSTEPS_ENV = "CHECKPOINTER_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT"
 
 def _max_supersteps_from_env() -> int:
     raw = os.environ.get(DELTA_MAX_SUPERSTEPS_ENV, "5000")
+    message = f"{DELTA_MAX_SUPERSTEPS_ENV} must be a positive integer, got {raw!r}"
     try:
         value = int(raw)
     except ValueError as exc:
-        raise ValueError(f"{DELTA_MAX_SUPERSTEPS_ENV} must be a positive integer, got {raw!r}") from exc
+        raise ValueError(message) from exc
     if value <= 0:
-        raise ValueError(f"{DELTA_MAX_SUPERSTEPS_ENV} must be a positive integer, got {raw!r}")
+        raise ValueError(message)
     return value
 
 
@@ -286,9 +287,8 @@ def create_checkpoint(
         for name, ch in channels.items():
             if name in snapshot and ch.is_available():
                 old = versions.get(name)
-                if get_next_version is not None and (
-                    old is None or (stored_versions is not None and stored_versions.get(name) == old)
-                ):
+                unchanged = stored_versions is not None and stored_versions.get(name) == old
+                if get_next_version is not None and (old is None or unchanged):
                     new = get_next_version(old)
                     versions[name] = new
                     for seen in versions_seen.values():
@@ -325,9 +325,7 @@ class AsyncHistorySource(Protocol):
     ) -> Mapping[str, DeltaChannelHistory]: ...
 
 
-def channels_needing_history(
-    specs: Mapping[str, BaseChannel], checkpoint: Checkpoint
-) -> list[str]:
+def channels_needing_history(specs: Mapping[str, BaseChannel], checkpoint: Checkpoint) -> list[str]:
     """Channels whose value at `checkpoint` must be rebuilt from ancestor writes.
 
     A delta channel with a version but nothing stored here. A reducer channel
@@ -415,4 +413,3 @@ async def achannels_from_checkpoint(
 def read_channel_values(channels: Mapping[str, BaseChannel]) -> dict[str, Any]:
     """The readable value of every available channel (what a node or a user sees)."""
     return {name: ch.get() for name, ch in channels.items() if ch.is_available()}
-

@@ -149,8 +149,7 @@ def checkpoint_ns_of(config: Mapping[str, Any]) -> str:
         return ""
     if not isinstance(value, str):
         raise ConfigError(
-            "config['configurable']['checkpoint_ns'] must be a string, "
-            f"got {type(value).__name__}"
+            f"config['configurable']['checkpoint_ns'] must be a string, got {type(value).__name__}"
         )
     return value
 
@@ -162,8 +161,7 @@ def checkpoint_id_of(config: Mapping[str, Any]) -> str | None:
         return None
     if not isinstance(value, str):
         raise ConfigError(
-            "config['configurable']['checkpoint_id'] must be a string, "
-            f"got {type(value).__name__}"
+            f"config['configurable']['checkpoint_id'] must be a string, got {type(value).__name__}"
         )
     return value
 

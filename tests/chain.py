@@ -103,9 +103,7 @@ class ChainDriver:
         )
         metadata = plan.apply_to({"source": "loop", "step": self.step, "parents": {}})
         new_versions = {
-            k: v
-            for k, v in checkpoint["channel_versions"].items()
-            if previous_versions.get(k) != v
+            k: v for k, v in checkpoint["channel_versions"].items() if previous_versions.get(k) != v
         }
         self.config = self.saver.put(self.config, checkpoint, metadata, new_versions)
         self.checkpoint = checkpoint

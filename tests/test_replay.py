@@ -156,12 +156,11 @@ def test_snapshot_predicate_at_both_thresholds() -> None:
     assert delta_channels_to_snapshot(channels, {"msgs": (2, 2)}, versions) == set()
     assert delta_channels_to_snapshot(channels, {"msgs": (3, 3)}, versions) == {"msgs"}
     assert (
-        delta_channels_to_snapshot(channels, {"msgs": (0, 9)}, versions, max_supersteps=10)
-        == set()
+        delta_channels_to_snapshot(channels, {"msgs": (0, 9)}, versions, max_supersteps=10) == set()
     )
-    assert delta_channels_to_snapshot(
-        channels, {"msgs": (0, 10)}, versions, max_supersteps=10
-    ) == {"msgs"}
+    assert delta_channels_to_snapshot(channels, {"msgs": (0, 10)}, versions, max_supersteps=10) == {
+        "msgs"
+    }
     # No version: never written on this branch, nothing to snapshot.
     assert delta_channels_to_snapshot(channels, {"msgs": (5, 5)}, {}) == set()
 
