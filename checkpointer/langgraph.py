@@ -1,0 +1,311 @@
+"""Use our savers as LangGraph checkpointers: `graph.compile(checkpointer=...)`.
+
+Needs the `langgraph` extra. The rest of the package never imports this module.
+
+    from checkpointer.langgraph import LangGraphSaver
+    from checkpointer.savers.sqlite import SqliteSaver
+
+    with SqliteSaver.from_conn_string("chat.db") as saver:
+        graph = builder.compile(checkpointer=LangGraphSaver(saver))
+
+Every saver serves both `invoke` and `ainvoke`. Values LangGraph stores (LangChain messages,
+`Send`, `Interrupt`, `Command`, `Overwrite`, delta snapshots) round-trip exactly; your own
+state classes are loadable because LangGraph hands the adapter an allowlist of the types in
+your graph's schema when it compiles (`with_allowlist`), and you can add more with
+`LangGraphSaver(saver, allowed_types=[...], allowed_modules=[...])`.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver as LangGraphBaseSaver
+from langgraph.checkpoint.base import ChannelVersions
+from langgraph.checkpoint.base import Checkpoint as LangGraphCheckpoint
+from langgraph.checkpoint.base import CheckpointMetadata as LangGraphMetadata
+from langgraph.checkpoint.base import CheckpointTuple as LangGraphTuple
+from langgraph.checkpoint.base import DeltaChannelHistory as LangGraphHistory
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from langgraph.types import Interrupt, Send
+from langgraph.types import Overwrite as LangGraphOverwrite
+
+from checkpointer.channels.markers import DeltaSnapshot, Overwrite
+from checkpointer.savers.base import BaseCheckpointSaver
+from checkpointer.serde.msgpack_serde import MsgpackSerializer, register_codec
+from checkpointer.types import CheckpointTuple, DeltaChannelHistory, PendingWrite
+
+# Modules whose dataclasses, pydantic models and named tuples LangGraph puts in state.
+LANGGRAPH_MODULES = (
+    "langgraph.types",
+    "langgraph.checkpoint.serde.types",
+    "langchain_core.messages",
+    "langchain_core.documents",
+)
+
+
+def _encode_send(send: Send) -> list[Any]:
+    return [send.node, send.arg, send.timeout]
+
+
+def _decode_send(payload: Any) -> Send:
+    node, arg, timeout = payload
+    return Send(node, arg, timeout=timeout)
+
+
+def _encode_interrupt(interrupt: Interrupt) -> list[Any]:
+    schema = interrupt.response_schema if isinstance(interrupt.response_schema, dict) else None
+    return [interrupt.value, interrupt.id, schema]
+
+
+def _decode_interrupt(payload: Any) -> Interrupt:
+    value, interrupt_id, schema = payload
+    return Interrupt(value=value, id=interrupt_id, response_schema=schema)
+
+
+register_codec("langgraph.Send", Send, _encode_send, _decode_send)
+register_codec("langgraph.Interrupt", Interrupt, _encode_interrupt, _decode_interrupt)
+
+
+def langgraph_serializer(
+    base: MsgpackSerializer | None = None,
+    *,
+    allowed_types: Sequence[type] = (),
+    allowed_modules: Sequence[str] = (),
+) -> MsgpackSerializer:
+    """Our serializer, able to load what LangGraph stores plus the given types."""
+    serde = base if base is not None else MsgpackSerializer()
+    return serde.with_modules(*LANGGRAPH_MODULES, *allowed_modules).with_types(*allowed_types)
+
+
+# ------------------------------------------------------------ value conversion
+def _stored_value(value: Any) -> Any:
+    """LangGraph's markers as ours, so our tools (CLI, prune) recognise them."""
+    if isinstance(value, _DeltaSnapshot):
+        return DeltaSnapshot(value.value)
+    if isinstance(value, LangGraphOverwrite):
+        return Overwrite(value.value)
+    return value
+
+
+def _langgraph_value(value: Any) -> Any:
+    if isinstance(value, DeltaSnapshot):
+        return _DeltaSnapshot(value.value)
+    if isinstance(value, Overwrite):
+        return LangGraphOverwrite(value.value)
+    return value
+
+
+def _langgraph_writes(writes: Sequence[PendingWrite] | None) -> list[PendingWrite] | None:
+    if writes is None:
+        return None
+    return [(task_id, channel, _langgraph_value(value)) for task_id, channel, value in writes]
+
+
+def _langgraph_tuple(tup: CheckpointTuple | None) -> LangGraphTuple | None:
+    if tup is None:
+        return None
+    checkpoint = dict(tup.checkpoint)
+    checkpoint["channel_values"] = {
+        k: _langgraph_value(v) for k, v in tup.checkpoint["channel_values"].items()
+    }
+    fields: dict[str, Any] = {
+        "config": tup.config,
+        "checkpoint": checkpoint,
+        "metadata": tup.metadata,
+        "parent_config": tup.parent_config,
+        "pending_writes": _langgraph_writes(tup.pending_writes),
+    }
+    return LangGraphTuple(**fields)
+
+
+def _stored_checkpoint(checkpoint: LangGraphCheckpoint) -> Any:
+    stored = dict(checkpoint)
+    stored["channel_values"] = {
+        k: _stored_value(v) for k, v in checkpoint["channel_values"].items()
+    }
+    stored.setdefault("updated_channels", None)
+    stored.pop("pending_sends", None)
+    return stored
+
+
+def _langgraph_history(
+    histories: Mapping[str, DeltaChannelHistory],
+) -> dict[str, LangGraphHistory]:
+    out: dict[str, LangGraphHistory] = {}
+    for channel, history in histories.items():
+        entry: LangGraphHistory = {"writes": _langgraph_writes(history["writes"]) or []}
+        if "seed" in history:
+            entry["seed"] = _langgraph_value(history["seed"])
+        out[channel] = entry
+    return out
+
+
+class LangGraphSaver(LangGraphBaseSaver[str]):
+    """A LangGraph checkpointer backed by any of our savers, sync or async.
+
+    Sync savers also serve LangGraph's async methods (in a worker thread); async savers
+    serve the sync ones from other threads. Lifecycle operations (`delete_for_runs`,
+    `copy_thread`, `prune`) and the one-statement `get_delta_channel_history` come with it.
+    """
+
+    saver: BaseCheckpointSaver
+
+    def __init__(
+        self,
+        saver: BaseCheckpointSaver,
+        *,
+        allowed_types: Sequence[type] = (),
+        allowed_modules: Sequence[str] = (),
+    ) -> None:
+        base = saver.serde if isinstance(saver.serde, MsgpackSerializer) else None
+        serde = langgraph_serializer(
+            base, allowed_types=allowed_types, allowed_modules=allowed_modules
+        )
+        super().__init__(serde=serde)
+        self.saver = copy.copy(saver)
+        self.saver.serde = serde
+
+    # LangGraph calls this when it compiles a graph, with (module, name) of its state types.
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> LangGraphSaver:
+        classes = [cls for cls in map(_loaded_class, extra_allowlist) if cls is not None]
+        if not classes:
+            return self
+        clone = copy.copy(self)
+        serde = self.saver.serde
+        assert isinstance(serde, MsgpackSerializer)
+        clone.saver = copy.copy(self.saver)
+        clone.saver.serde = serde.with_types(*classes)
+        clone.serde = clone.saver.serde
+        return clone
+
+    # ----------------------------------------------------------------- sync API
+    def get_tuple(self, config: Any) -> LangGraphTuple | None:
+        return _langgraph_tuple(self.saver.get_tuple(config))
+
+    def list(
+        self,
+        config: Any,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: Any = None,
+        limit: int | None = None,
+    ) -> Iterator[LangGraphTuple]:
+        for tup in self.saver.list(config, filter=filter, before=before, limit=limit):
+            converted = _langgraph_tuple(tup)
+            assert converted is not None
+            yield converted
+
+    def put(
+        self,
+        config: Any,
+        checkpoint: LangGraphCheckpoint,
+        metadata: LangGraphMetadata,
+        new_versions: ChannelVersions,
+    ) -> Any:
+        return self.saver.put(config, _stored_checkpoint(checkpoint), metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: Any,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        stored = [(channel, _stored_value(value)) for channel, value in writes]
+        self.saver.put_writes(config, stored, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.saver.delete_thread(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.saver.delete_for_runs(run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.saver.copy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self.saver.prune(thread_ids, strategy=strategy)
+
+    def get_delta_channel_history(
+        self, *, config: Any, channels: Sequence[str]
+    ) -> Mapping[str, LangGraphHistory]:
+        return _langgraph_history(
+            self.saver.get_delta_channel_history(config=config, channels=channels)
+        )
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        return self.saver.get_next_version(current)
+
+    # ---------------------------------------------------------------- async API
+    async def aget_tuple(self, config: Any) -> LangGraphTuple | None:
+        return _langgraph_tuple(await self.saver.aget_tuple(config))
+
+    async def alist(
+        self,
+        config: Any,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: Any = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[LangGraphTuple]:
+        async for tup in self.saver.alist(config, filter=filter, before=before, limit=limit):
+            converted = _langgraph_tuple(tup)
+            assert converted is not None
+            yield converted
+
+    async def aput(
+        self,
+        config: Any,
+        checkpoint: LangGraphCheckpoint,
+        metadata: LangGraphMetadata,
+        new_versions: ChannelVersions,
+    ) -> Any:
+        return await self.saver.aput(
+            config,
+            _stored_checkpoint(checkpoint),
+            metadata,
+            new_versions,
+        )
+
+    async def aput_writes(
+        self,
+        config: Any,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        stored = [(channel, _stored_value(value)) for channel, value in writes]
+        await self.saver.aput_writes(config, stored, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.saver.adelete_thread(thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self.saver.adelete_for_runs(run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self.saver.acopy_thread(source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self.saver.aprune(thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: Any, channels: Sequence[str]
+    ) -> Mapping[str, LangGraphHistory]:
+        return _langgraph_history(
+            await self.saver.aget_delta_channel_history(config=config, channels=channels)
+        )
+
+
+def _loaded_class(entry: tuple[str, ...]) -> type | None:
+    """The class an allowlist entry names, if its module is already loaded (never imports)."""
+    if len(entry) < 2:
+        return None
+    module = sys.modules.get(entry[0])
+    obj: Any = module
+    for part in entry[1:]:
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, type) else None
