@@ -1,24 +1,23 @@
-"""Serializer package (placeholder until the msgpack serializer lands)."""
+"""Serialization of checkpoint values: a `Serializer` turns any value into `(tag, bytes)`.
+
+The default is `MsgpackSerializer`: lossless for the Python types graph state is made of,
+and strict about which classes stored data may name (see `msgpack_serde`).
+"""
 
 from __future__ import annotations
 
-import pickle
-from typing import Any, Protocol
+from checkpointer.serde.base import Serializer
+from checkpointer.serde.msgpack_serde import (
+    Codec,
+    MsgpackSerializer,
+    default_serializer,
+    register_codec,
+)
 
-
-class Serializer(Protocol):
-    def dumps_typed(self, obj: Any) -> tuple[str, bytes]: ...
-
-    def loads_typed(self, data: tuple[str, bytes]) -> Any: ...
-
-
-class _PickleSerializer:
-    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        return "pickle", pickle.dumps(obj)
-
-    def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        return pickle.loads(data[1])
-
-
-def default_serializer() -> Serializer:
-    return _PickleSerializer()
+__all__ = [
+    "Codec",
+    "MsgpackSerializer",
+    "Serializer",
+    "default_serializer",
+    "register_codec",
+]
