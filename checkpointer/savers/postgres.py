@@ -1,0 +1,175 @@
+"""PostgreSQL savers: `PostgresSaver` (psycopg 3) and `AsyncPostgresSaver` (psycopg async).
+
+Each accepts a connection, a psycopg_pool pool, or a URL (then it owns a pool). With a pool
+there is no saver-wide lock: every operation borrows a connection for its statements only.
+Most operations are a single statement (put: blobs and checkpoint together; get_tuple;
+list page; delta history), so they work behind PgBouncer in transaction mode; pass
+`prepare_threshold=None` there so no server-side prepared statement is ever used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from checkpointer.savers.sql.async_exec import AsyncPostgresExecutor
+from checkpointer.savers.sql.migration import parse_url
+from checkpointer.savers.sql.postgres_dialect import PostgresDialect
+from checkpointer.savers.sql.saver import DEFAULT_PAGE_SIZE, AsyncSqlSaver, SyncSqlSaver
+from checkpointer.savers.sql.sync_exec import PostgresExecutor
+from checkpointer.serde import Serializer
+
+__all__ = ["AsyncPostgresSaver", "PostgresSaver"]
+
+
+def _conninfo(url: str) -> str:
+    kind, conninfo = parse_url(url) if "://" in url else ("postgres", url)
+    if kind != "postgres":
+        raise ValueError(f"not a PostgreSQL URL: {url!r}")
+    return conninfo
+
+
+def _connect_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
+    return {"autocommit": True, "prepare_threshold": prepare_threshold}
+
+
+class PostgresSaver(SyncSqlSaver):
+    """Checkpoints in PostgreSQL (tables in `schema`, default "public")."""
+
+    _executor: PostgresExecutor
+
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        schema: str = "public",
+        serde: Serializer | None = None,
+        prepare_threshold: int | None = 5,
+        min_size: int = 1,
+        max_size: int = 10,
+        pool_kwargs: dict[str, Any] | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        """`conn`: a psycopg `Connection`, a `psycopg_pool.ConnectionPool`, or a URL (the
+        saver then opens and owns a pool of `min_size`..`max_size` connections).
+        `prepare_threshold=None` disables server-side prepared statements (PgBouncer in
+        transaction mode), also on connections you pass in."""
+        super().__init__(serde=serde, page_size=page_size)
+        owns = False
+        if isinstance(conn, str):
+            from psycopg_pool import ConnectionPool
+
+            conn = ConnectionPool(
+                _conninfo(conn),
+                min_size=min_size,
+                max_size=max_size,
+                kwargs=_connect_kwargs(prepare_threshold),
+                open=True,
+                **(pool_kwargs or {}),
+            )
+            owns = True
+        self._executor = PostgresExecutor(conn, prepare=prepare_threshold is not None, owns=owns)
+        self._dialect = PostgresDialect(schema)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pool: bool = True,
+        setup: bool = False,
+        prepare_threshold: int | None = 5,
+        **kwargs: Any,
+    ) -> Iterator[PostgresSaver]:
+        """A saver on a URL, closed on exit: a pool (default) or, with `pool=False`, one
+        connection. `setup=True` also creates or upgrades the schema."""
+        if pool:
+            saver = cls(conn_string, prepare_threshold=prepare_threshold, **kwargs)
+        else:
+            from psycopg import Connection
+
+            connection = Connection.connect(
+                _conninfo(conn_string), **_connect_kwargs(prepare_threshold)
+            )
+            saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            saver._executor._owns = True
+        try:
+            if setup:
+                saver.setup()
+            yield saver
+        finally:
+            saver.close()
+
+    from_url = from_conn_string
+
+
+class AsyncPostgresSaver(AsyncSqlSaver):
+    """Checkpoints in PostgreSQL through psycopg's async API."""
+
+    _executor: AsyncPostgresExecutor
+
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        schema: str = "public",
+        serde: Serializer | None = None,
+        prepare_threshold: int | None = 5,
+        min_size: int = 1,
+        max_size: int = 10,
+        pool_kwargs: dict[str, Any] | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        """`conn`: a psycopg `AsyncConnection`, a `psycopg_pool.AsyncConnectionPool`, or a
+        URL (the saver then owns a pool, opened on first use)."""
+        super().__init__(serde=serde, page_size=page_size)
+        owns = False
+        if isinstance(conn, str):
+            from psycopg_pool import AsyncConnectionPool
+
+            conn = AsyncConnectionPool(
+                _conninfo(conn),
+                min_size=min_size,
+                max_size=max_size,
+                kwargs=_connect_kwargs(prepare_threshold),
+                open=False,
+                **(pool_kwargs or {}),
+            )
+            owns = True
+        self._executor = AsyncPostgresExecutor(
+            conn, prepare=prepare_threshold is not None, owns=owns
+        )
+        self._dialect = PostgresDialect(schema)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pool: bool = True,
+        setup: bool = False,
+        prepare_threshold: int | None = 5,
+        **kwargs: Any,
+    ) -> AsyncIterator[AsyncPostgresSaver]:
+        if pool:
+            saver = cls(conn_string, prepare_threshold=prepare_threshold, **kwargs)
+            await saver._executor.open()
+        else:
+            from psycopg import AsyncConnection
+
+            connection = await AsyncConnection.connect(
+                _conninfo(conn_string), **_connect_kwargs(prepare_threshold)
+            )
+            saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            saver._executor._owns = True
+        try:
+            if setup:
+                await saver.setup()
+            yield saver
+        finally:
+            await saver.aclose()
+
+    from_url = from_conn_string

@@ -1,0 +1,215 @@
+"""Async execute layer: drives the same plans over aiosqlite and psycopg async."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from checkpointer.errors import CheckpointerError
+from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
+from checkpointer.savers.sql.sync_exec import is_memory_path, run_sqlite_op, sqlite_pragmas
+
+T = TypeVar("T")
+
+
+async def adrive(op: Op[T], execute: Callable[[Stmt], Awaitable[list[Row]]]) -> T:
+    plan = op.plan
+    try:
+        stmt = next(plan)
+        while True:
+            stmt = plan.send(await execute(stmt))
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        plan.close()
+
+
+class AsyncSqliteExecutor:
+    """One aiosqlite connection (its own worker thread) shared by the saver's tasks; an
+    asyncio lock keeps each operation's statements (and transaction) together."""
+
+    def __init__(
+        self,
+        target: Any,
+        *,
+        busy_timeout: float = 5.0,
+        synchronous: str = "NORMAL",
+    ) -> None:
+        import aiosqlite
+
+        self.trace: StatementHook | None = None
+        self._pragmas = sqlite_pragmas(busy_timeout, synchronous)
+        self._busy_timeout = busy_timeout
+        self._lock: asyncio.Lock | None = None
+        self._closed = False
+        if isinstance(target, aiosqlite.Connection):
+            self.path: str | None = None
+            self._conn: Any = target
+            self._owns = False
+            self._ready = False
+        else:
+            self.path = os.fspath(target)
+            self._conn = None
+            self._owns = True
+            self._ready = False
+
+    @property
+    def where(self) -> str:
+        return f"SQLite database {self.path!r}" if self.path else "SQLite database"
+
+    async def _connect(self) -> Any:
+        import aiosqlite
+
+        if self._closed:
+            raise CheckpointerError("this saver is closed")
+        if self._conn is None:
+            assert self.path is not None
+            self._conn = await aiosqlite.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                uri=self.path.startswith("file:"),
+            )
+        if not self._ready:
+            if self._conn.in_transaction:
+                await self._conn.commit()
+            if self._conn.isolation_level is not None:
+                # Autocommit: we issue BEGIN IMMEDIATE ourselves. The attribute belongs to
+                # the sqlite3 connection living in aiosqlite's thread, so set it there.
+                await self._conn._execute(setattr, self._conn._conn, "isolation_level", None)
+            pragmas = list(self._pragmas)
+            if not is_memory_path(self.path or ""):
+                pragmas.append("PRAGMA journal_mode = WAL")
+            for pragma in pragmas:
+                # Read every result row: an undrained PRAGMA stays "in progress" and would
+                # make a later COMMIT fail.
+                async with self._conn.execute(pragma) as cursor:
+                    await cursor.fetchall()
+            self._ready = True
+        return self._conn
+
+    def _get_lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    async def open(self) -> None:
+        async with self._get_lock():
+            await self._connect()
+
+    async def _execute(self, conn: Any, stmt: Stmt) -> list[Row]:
+        if self.trace is not None:
+            self.trace(stmt.sql)
+        if stmt.many:
+            await conn.executemany(stmt.sql, stmt.params)
+            return []
+        async with conn.execute(stmt.sql, stmt.params) as cursor:
+            if stmt.fetch:
+                return list(await cursor.fetchall())
+            return []
+
+    async def run(self, op: Op[T]) -> T:
+        async with self._get_lock():
+            conn = await self._connect()
+            if hasattr(conn, "_execute"):
+                # The whole operation in one hop to aiosqlite's thread, not one per
+                # statement; aiosqlite runs queued functions one at a time.
+                return await conn._execute(run_sqlite_op, conn._conn, op, self.trace)
+            if not op.txn:
+                return await adrive(op, lambda s: self._execute(conn, s))
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = await adrive(op, lambda s: self._execute(conn, s))
+            except BaseException:
+                if conn.in_transaction:
+                    await conn.execute("ROLLBACK")
+                raise
+            await conn.execute("COMMIT")
+            return result
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._owns and self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+
+class AsyncPostgresExecutor:
+    """psycopg async: a pool (no lock) or one connection (an asyncio lock per operation)."""
+
+    def __init__(self, source: Any, *, prepare: bool = True, owns: bool = False) -> None:
+        from psycopg import AsyncConnection
+        from psycopg_pool import AsyncConnectionPool
+
+        self.trace: StatementHook | None = None
+        self._prepare: bool | None = None if prepare else False
+        self._owns = owns
+        self._lock: asyncio.Lock | None = None
+        self._open_lock: asyncio.Lock | None = None
+        self._opened = False
+        if isinstance(source, AsyncConnectionPool):
+            self._pool: Any = source
+            self._conn: Any = None
+        elif isinstance(source, AsyncConnection):
+            self._pool, self._conn = None, source
+        else:
+            raise TypeError(
+                "expected a psycopg AsyncConnection or psycopg_pool AsyncConnectionPool, got "
+                f"{type(source).__name__}"
+            )
+
+    async def open(self) -> None:
+        """Open a pool this executor created (it cannot be opened before a loop runs)."""
+        if self._pool is None or not self._owns or self._opened:
+            return
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if not self._opened:
+                await self._pool.open()
+                self._opened = True
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        if self._pool is not None:
+            if self._owns and not self._opened:
+                await self.open()
+            async with self._pool.connection() as conn:
+                yield conn
+        else:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                yield self._conn
+
+    async def _execute(self, cur: Any, stmt: Stmt) -> list[Row]:
+        if self.trace is not None:
+            self.trace(stmt.sql)
+        if stmt.many:
+            await cur.executemany(stmt.sql, stmt.params)
+            return []
+        await cur.execute(stmt.sql, stmt.params or None, prepare=self._prepare)
+        return list(await cur.fetchall()) if stmt.fetch else []
+
+    async def run(self, op: Op[T]) -> T:
+        from psycopg.rows import tuple_row
+
+        async with (
+            self._connection() as conn,
+            conn.cursor(binary=True, row_factory=tuple_row) as cur,
+        ):
+            if op.txn or not conn.autocommit:
+                async with conn.transaction():
+                    return await adrive(op, lambda s: self._execute(cur, s))
+            return await adrive(op, lambda s: self._execute(cur, s))
+
+    async def close(self) -> None:
+        if not self._owns:
+            return
+        if self._pool is not None:
+            await self._pool.close()
+        elif self._conn is not None:
+            await self._conn.close()

@@ -1,0 +1,837 @@
+"""The sans-I/O core shared by every SQL saver, sync and async.
+
+Each saver operation is a *plan*: a generator that yields `Stmt`s and receives their rows.
+A runner (`sync_exec` for sqlite3/psycopg, `async_exec` for aiosqlite/psycopg async) drives
+it; nothing here touches a connection. The SQL text comes from a `Dialect`, which fills in the
+few places SQLite and PostgreSQL differ (JSON access, arrays, placeholders, collation); the
+statements and the row decoders are written once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from checkpointer.errors import CheckpointerError, ConfigError, SerializationError
+from checkpointer.savers.base import (
+    new_blob_channels,
+    validate_metadata_filter,
+)
+from checkpointer.serde import Serializer
+from checkpointer.types import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    RunnableConfig,
+    checkpoint_id_of,
+    checkpoint_ns_of,
+    is_special_batch,
+    make_config,
+    thread_id_of,
+    write_idx,
+)
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+MAX_CHANNELS_PER_QUERY = 62
+"""Delta history tracks unseeded channels as bits of one signed 64-bit integer."""
+
+MAX_WALK_DEPTH = 10_000_000
+"""Safety bound of the ancestor walk, should parent pointers ever form a loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stmt:
+    """One statement for a runner: `many` runs it once per parameter set (executemany)."""
+
+    sql: str
+    params: Any = ()
+    fetch: bool = False
+    many: bool = False
+
+
+Plan = Generator[Stmt, list[Row], T]
+
+
+@dataclass(slots=True)
+class Op(Generic[T]):
+    """A plan plus how to run it: `txn` asks for one write transaction around every
+    statement (SQLite `BEGIN IMMEDIATE`; a PostgreSQL transaction block)."""
+
+    plan: Plan[T]
+    txn: bool = False
+
+
+def single(stmt: Stmt) -> Plan[list[Row]]:
+    """A plan of one statement, returning its rows."""
+    rows = yield stmt
+    return rows
+
+
+# --------------------------------------------------------------------------- encoding
+def _refuse_json(value: Any) -> Any:
+    raise SerializationError(
+        f"metadata values must be JSON (str, int, float, bool, None, list, dict); "
+        f"got {type(value).__name__}: {value!r:.80}"
+    )
+
+
+def dumps_json(obj: Any) -> str:
+    """Compact JSON with sorted keys: equal dicts give equal text (SQLite filters on it)."""
+    try:
+        return json.dumps(
+            obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=_refuse_json
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, SerializationError):
+            raise
+        raise SerializationError(f"cannot store as JSON: {exc}") from exc
+
+
+def encode_record(checkpoint: Checkpoint) -> str:
+    """The checkpoint minus its values (and its id, which is a column), as JSON text."""
+    record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
+    try:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"checkpoint record is not JSON-serializable: {exc}") from exc
+
+
+def encode_metadata(metadata: Mapping[str, Any]) -> str:
+    return dumps_json(dict(metadata))
+
+
+def _json_value(value: Any) -> Any:
+    """jsonb comes back parsed (psycopg); SQLite gives text."""
+    if isinstance(value, str | bytes):
+        return json.loads(value)
+    return value
+
+
+def decode_metadata(value: Any) -> CheckpointMetadata:
+    metadata: dict[str, Any] = _json_value(value)
+    counters = metadata.get("counters_since_delta_snapshot")
+    if isinstance(counters, dict):
+        # JSON has no tuples; the record type says these are pairs.
+        metadata["counters_since_delta_snapshot"] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in counters.items()
+        }
+    return metadata  # type: ignore[return-value]
+
+
+def decode_checkpoint(record: Any, checkpoint_id: str, values: dict[str, Any]) -> Checkpoint:
+    fields: dict[str, Any] = _json_value(record)
+    fields["id"] = checkpoint_id
+    fields["channel_values"] = values
+    fields.setdefault("versions_seen", {})
+    fields.setdefault("channel_versions", {})
+    fields.setdefault("updated_channels", None)
+    return fields  # type: ignore[return-value]
+
+
+def version_text(version: Any) -> str:
+    """The text form of a channel version, as the blob key stores it."""
+    return str(version)
+
+
+# --------------------------------------------------------------------------- dialect
+class Dialect:
+    """SQL fragments that differ between SQLite and PostgreSQL; everything else is shared."""
+
+    name: str = ""
+    checkpoints: str = ""
+    blobs: str = ""
+    writes: str = ""
+
+    def lookup(self, table: str, alias: str, columns: str, condition: str) -> str:
+        """Join `table` as a per-row primary-key lookup, whatever the planner estimates:
+        SQLite runs CROSS JOIN in the written order; PostgreSQL needs LATERAL. Otherwise a
+        planner may scan the whole thread once per row (or hash-join it)."""
+        return f"CROSS JOIN {table} {alias} ON {condition}"
+
+    _sql_cache: dict[tuple[Any, ...], str]
+
+    def sql(self, key: tuple[Any, ...], build: Callable[[], str]) -> str:
+        """Statement text built once per shape: only parameters vary between calls."""
+        try:
+            cache = self._sql_cache
+        except AttributeError:
+            cache = self._sql_cache = {}
+        text = cache.get(key)
+        if text is None:
+            text = cache[key] = build()
+        return text
+
+    def p(self, name: str) -> str:
+        """A named placeholder."""
+        raise NotImplementedError
+
+    def bigint(self, expr: str) -> str:
+        return expr
+
+    def text(self, expr: str) -> str:
+        """An expression typed as text (PostgreSQL cannot infer a bare parameter's type)."""
+        return expr
+
+    def null(self, kind: str) -> str:
+        """A typed NULL: the first branch of a UNION fixes each column's type."""
+        return "NULL"
+
+    def json_param(self, name: str) -> str:
+        """A placeholder for JSON text going into a JSON column."""
+        return self.p(name)
+
+    def task_id_param(self, name: str) -> str:
+        return self.p(name)
+
+    def task_id_text(self, column: str) -> str:
+        return column
+
+    def encode_task_id(self, task_id: str) -> Any:
+        """The stored form of a task id: the ONE place that conversion happens."""
+        raise NotImplementedError
+
+    def versions_join(self, record: str, alias: str) -> str:
+        """A FROM fragment listing `record`'s channel_versions as rows (`alias`.key, .value)."""
+        raise NotImplementedError
+
+    def versions_value(self, alias: str) -> str:
+        return f"{alias}.value"
+
+    def version_of(self, record: str, channel: str) -> str:
+        """The version text of `channel` (an SQL expression) in a checkpoint record."""
+        raise NotImplementedError
+
+    def versions_column(self, record: str) -> str:
+        """The channel_versions object of a record, as the driver returns JSON."""
+        raise NotImplementedError
+
+    def in_list(self, column: str, name: str) -> str:
+        raise NotImplementedError
+
+    def list_param(self, values: Sequence[Any]) -> Any:
+        raise NotImplementedError
+
+    def metadata_filter(self, column: str, key_name: str, value_name: str) -> str:
+        raise NotImplementedError
+
+    def metadata_filter_params(self, key: str, value: Any) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def check_metadata(self, text: str) -> None:
+        """Refuse what the metadata column cannot hold (PostgreSQL jsonb: NUL)."""
+
+    def checkpoint_upsert_values(self) -> str:
+        """The SET list when a checkpoint is written again."""
+        return (
+            "checkpoint = excluded.checkpoint, metadata = excluded.metadata, "
+            "run_id = excluded.run_id"
+        )
+
+    # Statements whose shape differs (bulk inserts) are built by the dialect.
+    def put_plan(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        run_id: str | None,
+        record: str,
+        metadata: str,
+        blobs: list[tuple[str, str, str, bytes]],
+    ) -> Op[None]:
+        raise NotImplementedError
+
+    def put_writes_plan(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        task_id: Any,
+        task_path: str,
+        rows: list[tuple[int, str, str, bytes]],
+        replace: bool,
+    ) -> Op[None]:
+        raise NotImplementedError
+
+    def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
+        raise NotImplementedError
+
+    def delete_thread_plan(self, thread_id: str) -> Op[None]:
+        raise NotImplementedError
+
+    def copy_thread_plan(self, source: str, target: str) -> Op[None]:
+        raise NotImplementedError
+
+    # Schema management.
+    def version_plan(self) -> Plan[str | None]:
+        raise NotImplementedError
+
+    def setup_plan(self) -> Plan[None]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """Names the database in errors."""
+        return self.name
+
+
+# --------------------------------------------------------------------------- reads
+_TUPLE_COLUMNS = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata"
+)
+
+
+def _tuples_sql(d: Dialect, page_sql: str, *, newest_first: bool) -> str:
+    """Checkpoints selected by `page_sql`, each followed by its blobs and pending writes,
+    in one statement (a UNION ALL of three row kinds; see `decode_tuples`)."""
+    order = "3 DESC, 1 DESC, 2 DESC" if newest_first else "3, 1, 2"
+    return (
+        f"WITH t AS MATERIALIZED ({page_sql}) "
+        "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 0 AS kind, "
+        f"t.parent_checkpoint_id AS a, {d.null('text')} AS b, {d.null('text')} AS c, "
+        f"{d.null('text')} AS d, {d.null('int')} AS n, {d.null('bytes')} AS data, "
+        "t.checkpoint AS rec, t.metadata AS meta FROM t "
+        "UNION ALL "
+        "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 1, bl.channel, NULL, NULL, "
+        f"bl.type, NULL, bl.blob, NULL, NULL FROM t {d.versions_join('t.checkpoint', 'v')} "
+        + d.lookup(
+            d.blobs,
+            "bl",
+            "bl.channel, bl.type, bl.blob",
+            "bl.thread_id = t.thread_id AND bl.checkpoint_ns = t.checkpoint_ns "
+            f"AND bl.channel = v.key AND bl.version = {d.versions_value('v')}",
+        )
+        + " "
+        "UNION ALL "
+        "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 2, w.task_path, "
+        f"{d.task_id_text('w.task_id')}, w.channel, w.type, w.idx, w.blob, NULL, NULL "
+        "FROM t "
+        + d.lookup(
+            d.writes,
+            "w",
+            "w.task_path, w.task_id, w.channel, w.type, w.idx, w.blob",
+            "w.thread_id = t.thread_id AND w.checkpoint_ns = t.checkpoint_ns "
+            "AND w.checkpoint_id = t.checkpoint_id",
+        )
+        + " "
+        f"ORDER BY {order}, 4, 5, 6, 9"
+    )
+
+
+def get_tuple_stmt(d: Dialect, config: RunnableConfig) -> Stmt:
+    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+    checkpoint_id = checkpoint_id_of(config)
+    params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id is not None:
+        params["checkpoint_id"] = checkpoint_id
+
+    def build() -> str:
+        page = (
+            f"SELECT {_TUPLE_COLUMNS} FROM {d.checkpoints} "
+            f"WHERE thread_id = {d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')} "
+        )
+        if checkpoint_id is None:
+            page += "ORDER BY checkpoint_id DESC LIMIT 1"
+        else:
+            page += f"AND checkpoint_id = {d.p('checkpoint_id')}"
+        return _tuples_sql(d, page, newest_first=True)
+
+    return Stmt(d.sql(("get_tuple", checkpoint_id is None), build), params, fetch=True)
+
+
+@dataclass(slots=True)
+class ListQuery:
+    """`list()` arguments, validated once and turned into WHERE clauses per page."""
+
+    thread_id: str | None = None
+    checkpoint_ns: str | None = None
+    checkpoint_id: str | None = None
+    before_id: str | None = None
+    filter: dict[str, Any] = field(default_factory=dict)
+    limit: int | None = None
+
+    @classmethod
+    def from_args(
+        cls,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> ListQuery:
+        query = cls(filter=validate_metadata_filter(filter))
+        if config is not None:
+            query.thread_id = thread_id_of(config)
+            if "checkpoint_ns" in config["configurable"]:
+                query.checkpoint_ns = checkpoint_ns_of(config)
+            query.checkpoint_id = checkpoint_id_of(config)
+        if before is not None:
+            query.before_id = checkpoint_id_of(before)
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise ConfigError(f"limit must be an int, got {limit!r}")
+            query.limit = max(limit, 0)
+        return query
+
+
+def list_page_stmt(
+    d: Dialect, query: ListQuery, after: tuple[str, str, str] | None, page_size: int
+) -> Stmt:
+    """One page of `list()`, newest first; `after` is the last (id, thread, ns) seen."""
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": page_size}
+    if query.thread_id is not None:
+        where.append(f"thread_id = {d.p('thread_id')}")
+        params["thread_id"] = query.thread_id
+    if query.checkpoint_ns is not None:
+        where.append(f"checkpoint_ns = {d.p('checkpoint_ns')}")
+        params["checkpoint_ns"] = query.checkpoint_ns
+    if query.checkpoint_id is not None:
+        where.append(f"checkpoint_id = {d.p('checkpoint_id')}")
+        params["checkpoint_id"] = query.checkpoint_id
+    if query.before_id is not None:
+        where.append(f"checkpoint_id < {d.p('before_id')}")
+        params["before_id"] = query.before_id
+    if after is not None:
+        where.append(
+            "(checkpoint_id, thread_id, checkpoint_ns) < "
+            f"({d.p('after_id')}, {d.p('after_thread')}, {d.p('after_ns')})"
+        )
+        params["after_id"], params["after_thread"], params["after_ns"] = after
+    for i, (key, value) in enumerate(query.filter.items()):
+        key_param, value_param = d.metadata_filter_params(key, value)
+        params[f"fk{i}"], params[f"fv{i}"] = key_param, value_param
+        where.append(d.metadata_filter("metadata", f"fk{i}", f"fv{i}"))
+
+    def build() -> str:
+        page = f"SELECT {_TUPLE_COLUMNS} FROM {d.checkpoints}"
+        if where:
+            page += " WHERE " + " AND ".join(where)
+        page += " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC "
+        page += f"LIMIT {d.p('limit')}"
+        return _tuples_sql(d, page, newest_first=True)
+
+    # The WHERE clauses are fixed text per shape; every value in them is a parameter.
+    return Stmt(d.sql(("list", *where), build), params, fetch=True)
+
+
+def decode_tuples(rows: Iterable[Row], serde: Serializer) -> list[CheckpointTuple]:
+    """Rows of `_tuples_sql` (grouped per checkpoint, checkpoint row first) to tuples.
+
+    Row: (thread, ns, checkpoint_id, kind, a, b, c, d, n, data, rec, meta) where kind 0 is
+    the checkpoint (a=parent id), 1 a blob (a=channel, d=type), 2 a pending write
+    (a=task_path, b=task_id, c=channel, d=type, n=idx).
+    """
+    out: list[CheckpointTuple] = []
+    values: dict[str, Any] = {}
+    writes: list[PendingWrite] = []
+    head: Row | None = None
+
+    def flush() -> None:
+        assert head is not None
+        thread_id, ns, checkpoint_id, parent_id = head[0], head[1], head[2], head[4]
+        out.append(
+            CheckpointTuple(
+                config=make_config(thread_id, ns, checkpoint_id),
+                checkpoint=decode_checkpoint(head[10], checkpoint_id, values),
+                metadata=decode_metadata(head[11]),
+                parent_config=(
+                    make_config(thread_id, ns, parent_id) if parent_id is not None else None
+                ),
+                pending_writes=writes,
+            )
+        )
+
+    loads = serde.loads_typed
+    for row in rows:
+        kind = row[3]
+        if kind == 0:
+            if head is not None:
+                flush()
+            head, values, writes = row, {}, []
+        elif kind == 1:
+            values[row[4]] = loads((row[7], bytes(row[9])))
+        else:
+            writes.append((str(row[5]), row[6], loads((row[7], bytes(row[9])))))
+    if head is not None:
+        flush()
+    return out
+
+
+# --------------------------------------------------------------------------- delta history
+def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[str]) -> Stmt:
+    """Seeds and writes for up to 62 channels in one recursive statement.
+
+    The walk follows parent pointers from the target (never id order), carrying a bitmask of
+    channels still looking for a stored value: `mask_in` on entering an ancestor (whose
+    writes count for those channels), `mask_out` after it (minus the channels it stores a
+    value for). It stops when `mask_out` is 0 or the root is passed. The target row itself
+    enters with 0, so its own writes and values are ignored.
+    """
+    if len(channels) > MAX_CHANNELS_PER_QUERY:
+        raise ValueError(f"at most {MAX_CHANNELS_PER_QUERY} channels per statement")
+    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+    checkpoint_id = checkpoint_id_of(config)
+    p = d.p
+    params: dict[str, Any] = {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "full": (1 << len(channels)) - 1,
+        "max_depth": MAX_WALK_DEPTH,
+    }
+    if checkpoint_id is not None:
+        params["checkpoint_id"] = checkpoint_id
+    for i, ch in enumerate(channels):
+        params[f"ch{i}"] = ch
+    n = len(channels)
+
+    def build() -> str:
+        target = (
+            f"SELECT checkpoint_id, parent_checkpoint_id FROM {d.checkpoints} "
+            f"WHERE thread_id = {p('thread_id')} AND checkpoint_ns = {p('checkpoint_ns')} "
+        )
+        if checkpoint_id is None:
+            target += "ORDER BY checkpoint_id DESC LIMIT 1"
+        else:
+            target += f"AND checkpoint_id = {p('checkpoint_id')}"
+
+        def lookup_pc(checkpoint_id: str) -> str:
+            return (
+                f"pc.thread_id = {p('thread_id')} AND pc.checkpoint_ns = {p('checkpoint_ns')} "
+                f"AND pc.checkpoint_id = {checkpoint_id}"
+            )
+
+        def stored_at(record: str, i: int) -> str:
+            return (
+                f"EXISTS (SELECT 1 FROM {d.blobs} sb WHERE sb.thread_id = {p('thread_id')} "
+                f"AND sb.checkpoint_ns = {p('checkpoint_ns')} AND sb.channel = {p(f'ch{i}')} "
+                f"AND sb.version = {d.version_of(record, p(f'ch{i}'))})"
+            )
+
+        seeded_bits = " + ".join(
+            f"(CASE WHEN (w.mask_out & {d.bigint(str(1 << i))}) <> 0 AND "
+            f"{stored_at('pc.checkpoint', i)} THEN {d.bigint(str(1 << i))} ELSE 0 END)"
+            for i in range(n)
+        )
+        chans = " UNION ALL ".join(
+            f"SELECT {d.bigint(str(1 << i))} AS bit, {p(f'ch{i}')} AS name" for i in range(n)
+        )
+        seeds = " UNION ALL ".join(
+            f"SELECT 0 AS kind, w.depth AS depth, {d.text(p(f'ch{i}'))} AS channel, "
+            f"{d.null('text')} AS task_path, {d.null('text')} AS task_id, "
+            f"{d.null('int')} AS idx, bl.type AS type, bl.blob AS blob "
+            "FROM walk w "
+            + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
+            + " "
+            + d.lookup(
+                d.blobs,
+                "bl",
+                "bl.type, bl.blob",
+                f"bl.thread_id = {p('thread_id')} AND bl.checkpoint_ns = {p('checkpoint_ns')} "
+                f"AND bl.channel = {p(f'ch{i}')} "
+                f"AND bl.version = {d.version_of('pc.checkpoint', p(f'ch{i}'))}",
+            )
+            + " "
+            f"WHERE (w.mask_in & {d.bigint(str(1 << i))}) <> 0 "
+            f"AND (w.mask_out & {d.bigint(str(1 << i))}) = 0"
+            for i in range(n)
+        )
+        sql = (
+            f"WITH RECURSIVE chans AS ({chans}), "
+            f"target AS ({target}), "
+            "walk(checkpoint_id, parent_id, depth, mask_in, mask_out) AS ("
+            f"SELECT checkpoint_id, parent_checkpoint_id, 0, {d.bigint('0')}, "
+            f"{d.bigint(p('full'))} FROM target "
+            "UNION ALL "
+            "SELECT pc.checkpoint_id, pc.parent_checkpoint_id, w.depth + 1, w.mask_out, "
+            f"w.mask_out - ({seeded_bits}) "
+            "FROM walk w "
+            + d.lookup(
+                d.checkpoints,
+                "pc",
+                "pc.checkpoint_id, pc.parent_checkpoint_id, pc.checkpoint",
+                lookup_pc("w.parent_id"),
+            )
+            + " "
+            f"WHERE w.mask_out <> 0 AND w.depth < {p('max_depth')}) "
+            f"{seeds} "
+            "UNION ALL "
+            "SELECT 1, w.depth, wr.channel, wr.task_path, "
+            f"{d.task_id_text('wr.task_id')}, wr.idx, wr.type, wr.blob "
+            "FROM walk w "
+            + d.lookup(
+                d.writes,
+                "wr",
+                "wr.task_path, wr.task_id, wr.channel, wr.type, wr.idx, wr.blob",
+                f"wr.thread_id = {p('thread_id')} AND wr.checkpoint_ns = {p('checkpoint_ns')} "
+                "AND wr.checkpoint_id = w.checkpoint_id",
+            )
+            + " "
+            "JOIN chans ON chans.name = wr.channel AND (w.mask_in & chans.bit) <> 0 "
+            "ORDER BY 1, 2 DESC, 4, 5, 6"
+        )
+        return sql
+
+    sql = d.sql(("delta", n, checkpoint_id is None), build)
+    return Stmt(sql, params, fetch=True)
+
+
+def decode_delta_history(
+    rows: Iterable[Row], channels: Sequence[str], serde: Serializer
+) -> dict[str, DeltaChannelHistory]:
+    """Rows (kind, depth, channel, task_path, task_id, idx, type, blob), seeds first, then
+    writes oldest first, to one history per channel."""
+    out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
+    loads = serde.loads_typed
+    for kind, _depth, channel, _path, task_id, _idx, type_, blob in rows:
+        entry = out.get(channel)
+        if entry is None:
+            continue
+        value = loads((type_, bytes(blob)))
+        if kind == 0:
+            entry["seed"] = value
+        else:
+            entry["writes"].append((str(task_id), channel, value))
+    return out
+
+
+def delta_history_stmts(
+    d: Dialect, config: RunnableConfig, channels: Sequence[str]
+) -> list[tuple[list[str], Stmt]]:
+    """One statement per 62 channels (one in practice)."""
+    unique = list(dict.fromkeys(channels))
+    return [
+        (chunk, delta_history_stmt(d, config, chunk))
+        for chunk in (
+            unique[i : i + MAX_CHANNELS_PER_QUERY]
+            for i in range(0, len(unique), MAX_CHANNELS_PER_QUERY)
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- writes
+def put_op(
+    d: Dialect,
+    serde: Serializer,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> tuple[Op[None], RunnableConfig]:
+    """Serialize only the channels in `new_versions` that have a value; the checkpoint row
+    records every version, so unchanged channels keep pointing at their older blobs."""
+    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+    parent_id = checkpoint_id_of(config)
+    checkpoint_id = checkpoint["id"]
+    if parent_id == checkpoint_id:
+        raise ConfigError(
+            f"put(): config addresses checkpoint {checkpoint_id!r} itself as the parent; "
+            "pass the config of the previous checkpoint"
+        )
+    dumps = serde.dumps_typed
+    blobs = [
+        (channel, version_text(version), *dumps(value))
+        for channel, (version, value) in new_blob_channels(checkpoint, new_versions).items()
+    ]
+    meta_text = encode_metadata(metadata)
+    d.check_metadata(meta_text)
+    run_id = metadata.get("run_id")
+    op = d.put_plan(
+        thread_id,
+        ns,
+        checkpoint_id,
+        parent_id,
+        None if run_id is None else str(run_id),
+        encode_record(checkpoint),
+        meta_text,
+        blobs,
+    )
+    return op, make_config(thread_id, ns, checkpoint_id)
+
+
+def put_writes_op(
+    d: Dialect,
+    serde: Serializer,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> Op[None] | None:
+    """A batch of only special channels replaces stored rows; any other batch inserts what
+    is absent (a re-sent batch changes nothing). Duplicate slots in one batch keep the
+    first write (insert) or the last (replace), as the in-memory saver does."""
+    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+    checkpoint_id = checkpoint_id_of(config)
+    if checkpoint_id is None:
+        raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
+    if not writes:
+        return None
+    stored_task_id = d.encode_task_id(task_id)
+    replace = is_special_batch([channel for channel, _ in writes])
+    dumps = serde.dumps_typed
+    rows: dict[int, tuple[int, str, str, bytes]] = {}
+    for position, (channel, value) in enumerate(writes):
+        idx = write_idx(channel, position)
+        if idx in rows and not replace:
+            continue
+        rows[idx] = (idx, channel, *dumps(value))
+    return d.put_writes_plan(
+        thread_id, ns, checkpoint_id, stored_task_id, task_path, list(rows.values()), replace
+    )
+
+
+# --------------------------------------------------------------------------- lifecycle
+@dataclass(slots=True)
+class _Node:
+    parent_id: str | None
+    run_id: str | None
+    versions: dict[str, str]
+
+
+Namespaces = dict[tuple[str, str], dict[str, _Node]]
+BlobKey = tuple[str, str, str, str]
+
+
+def _skeleton_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[tuple[Namespaces, set[BlobKey]]]:
+    """The shape of some threads, without any value: parent pointers, run ids, channel
+    versions, and which (channel, version) blobs exist. Lifecycle decisions need no more."""
+    rows = yield Stmt(
+        "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
+        f"{d.versions_column('checkpoint')} FROM {d.checkpoints} "
+        f"WHERE {d.in_list('thread_id', 'threads')}",
+        {"threads": d.list_param(list(thread_ids))},
+        fetch=True,
+    )
+    namespaces: Namespaces = {}
+    for thread_id, ns, checkpoint_id, parent_id, run_id, versions in rows:
+        namespaces.setdefault((thread_id, ns), {})[checkpoint_id] = _Node(
+            parent_id,
+            run_id,
+            {k: version_text(v) for k, v in (_json_value(versions) or {}).items()},
+        )
+    blob_rows = yield Stmt(
+        f"SELECT thread_id, checkpoint_ns, channel, version FROM {d.blobs} "
+        f"WHERE {d.in_list('thread_id', 'threads')}",
+        {"threads": d.list_param(list(thread_ids))},
+        fetch=True,
+    )
+    return namespaces, {tuple(r) for r in blob_rows}
+
+
+def history_ancestors(
+    thread_id: str, ns: str, namespace: Mapping[str, _Node], checkpoint_id: str, blobs: set[BlobKey]
+) -> list[str]:
+    """Ancestors whose writes or values the delta channels of `checkpoint_id` replay: back to
+    the nearest stored value of every channel that has a version but no value here."""
+    node = namespace[checkpoint_id]
+    remaining = {ch for ch, v in node.versions.items() if (thread_id, ns, ch, v) not in blobs}
+    chain: list[str] = []
+    cursor = node.parent_id
+    seen = {checkpoint_id}
+    while remaining and cursor is not None and cursor in namespace and cursor not in seen:
+        seen.add(cursor)
+        chain.append(cursor)
+        ancestor = namespace[cursor]
+        remaining = {
+            ch
+            for ch in remaining
+            if ch not in ancestor.versions
+            or (thread_id, ns, ch, ancestor.versions[ch]) not in blobs
+        }
+        cursor = ancestor.parent_id
+    return chain
+
+
+def _delete_plan(
+    d: Dialect,
+    namespaces: Namespaces,
+    blobs: set[BlobKey],
+    doomed: dict[tuple[str, str], set[str]],
+) -> Plan[None]:
+    """Delete checkpoints (and the writes pending on them), then blobs no remaining
+    checkpoint of their namespace references. Writes of checkpoints not saved yet stay."""
+    keys = [(t, ns, cid) for (t, ns), ids in doomed.items() for cid in sorted(ids)]
+    if not keys:
+        return
+    columns = ("thread_id", "checkpoint_ns", "checkpoint_id")
+    yield d.delete_keys(d.writes, columns, keys)
+    yield d.delete_keys(d.checkpoints, columns, keys)
+    referenced = {
+        (t, ns, ch, v)
+        for (t, ns), namespace in namespaces.items()
+        for cid, node in namespace.items()
+        if cid not in doomed.get((t, ns), ())
+        for ch, v in node.versions.items()
+    }
+    touched = set(doomed)
+    garbage = sorted(k for k in blobs if (k[0], k[1]) in touched and k not in referenced)
+    if garbage:
+        yield d.delete_keys(d.blobs, ("thread_id", "checkpoint_ns", "channel", "version"), garbage)
+
+
+def prune_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[None]:
+    """keep_latest: per namespace, the newest checkpoint and every ancestor its channels
+    without a stored value replay from (with their writes); the rest goes."""
+    namespaces, blobs = yield from _skeleton_plan(d, thread_ids)
+    doomed: dict[tuple[str, str], set[str]] = {}
+    for (thread_id, ns), namespace in namespaces.items():
+        head = max(namespace)
+        keep = {head, *history_ancestors(thread_id, ns, namespace, head, blobs)}
+        if drop := set(namespace) - keep:
+            doomed[(thread_id, ns)] = drop
+    yield from _delete_plan(d, namespaces, blobs, doomed)
+
+
+def delete_for_runs_plan(d: Dialect, run_ids: Sequence[str]) -> Plan[None]:
+    """Checkpoints created by the runs, their writes, and blobs nothing else uses.
+
+    Refuses (CheckpointerError) when a checkpoint of another run rebuilds a delta channel
+    from a doomed one: deleting would silently change that checkpoint's state.
+    """
+    runs = [str(r) for r in run_ids]
+    rows = yield Stmt(
+        f"SELECT DISTINCT thread_id FROM {d.checkpoints} WHERE {d.in_list('run_id', 'runs')}",
+        {"runs": d.list_param(runs)},
+        fetch=True,
+    )
+    if not rows:
+        return
+    namespaces, blobs = yield from _skeleton_plan(d, sorted(r[0] for r in rows))
+    wanted = set(runs)
+    doomed: dict[tuple[str, str], set[str]] = {}
+    for (thread_id, ns), namespace in namespaces.items():
+        ids = {cid for cid, node in namespace.items() if node.run_id in wanted}
+        if not ids:
+            continue
+        for cid in namespace:
+            if cid in ids:
+                continue
+            needed = ids.intersection(history_ancestors(thread_id, ns, namespace, cid, blobs))
+            if needed:
+                raise CheckpointerError(
+                    f"cannot delete these runs: checkpoint {cid} of thread {thread_id!r} "
+                    f"rebuilds its delta channels from checkpoint(s) {sorted(needed)} they "
+                    "created; delete the later runs too, or prune the thread first"
+                )
+        doomed[(thread_id, ns)] = ids
+    yield from _delete_plan(d, namespaces, blobs, doomed)
+
+
+# --------------------------------------------------------------------------- names
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+
+
+def quote_ident(name: str) -> str:
+    """A double-quoted SQL identifier (schema names are user input)."""
+    if not isinstance(name, str) or not name or "\x00" in name or len(name) > 63:
+        raise ConfigError(f"invalid schema name {name!r}")
+    return '"' + name.replace('"', '""') + '"'
+
+
+StatementHook = Callable[[str], None]

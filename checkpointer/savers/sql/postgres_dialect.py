@@ -1,0 +1,257 @@
+"""PostgreSQL specifics: jsonb, arrays with unnest (one round trip per bulk write),
+`uuid` task ids, a configurable schema, and setup under an advisory lock."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from checkpointer.errors import ConfigError, SerializationError
+from checkpointer.savers.sql.core import Dialect, Op, Plan, Stmt, dumps_json, quote_ident
+from checkpointer.savers.sql.migration import plan_upgrade
+from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, VERSION_TABLE, WRITES
+
+
+def encode_task_id(task_id: str) -> str:
+    """The stored form of a task id on PostgreSQL (a `uuid` column).
+
+    Only canonical UUID strings are accepted, so what is read back equals what was given.
+    """
+    try:
+        canonical = str(uuid.UUID(task_id))
+    except (ValueError, TypeError, AttributeError):
+        canonical = None
+    if canonical != task_id:
+        raise ValueError(
+            f"task id {task_id!r} is not a canonical UUID string; the PostgreSQL savers "
+            "store task ids in a uuid column"
+        )
+    return canonical
+
+
+class PostgresDialect(Dialect):
+    name = "postgresql"
+
+    def __init__(self, schema: str = "public") -> None:
+        if isinstance(schema, str) and "%" in schema:
+            # psycopg reads % as a placeholder marker in statements with parameters.
+            raise ConfigError(f"PostgreSQL schema name {schema!r} must not contain '%'")
+        self.schema = schema
+        q = quote_ident(schema)
+        self.checkpoints = f"{q}.{CHECKPOINTS}"
+        self.blobs = f"{q}.{BLOBS}"
+        self.writes = f"{q}.{WRITES}"
+        self.version_table = f"{q}.{VERSION_TABLE}"
+        digest = hashlib.sha256(f"checkpointer-setup:{schema}".encode()).digest()
+        self.lock_key = int.from_bytes(digest[:8], "big", signed=True)
+
+    def describe(self) -> str:
+        return f"PostgreSQL schema {self.schema!r}"
+
+    def p(self, name: str) -> str:
+        return f"%({name})s"
+
+    def bigint(self, expr: str) -> str:
+        return f"CAST({expr} AS bigint)"
+
+    def text(self, expr: str) -> str:
+        return f"CAST({expr} AS text)"
+
+    def null(self, kind: str) -> str:
+        return {"text": "NULL::text", "int": "NULL::integer", "bytes": "NULL::bytea"}[kind]
+
+    def json_param(self, name: str) -> str:
+        return f"{self.p(name)}::jsonb"
+
+    def task_id_text(self, column: str) -> str:
+        return f'{column}::text COLLATE "C"'
+
+    def encode_task_id(self, task_id: str) -> Any:
+        return encode_task_id(task_id)
+
+    def lookup(self, table: str, alias: str, columns: str, condition: str) -> str:
+        # OFFSET 0 keeps the subquery from being flattened back into a plain join.
+        return (
+            f"CROSS JOIN LATERAL (SELECT {columns} FROM {table} {alias} "
+            f"WHERE {condition} OFFSET 0) {alias}"
+        )
+
+    def versions_join(self, record: str, alias: str) -> str:
+        return f"CROSS JOIN LATERAL jsonb_each_text({record} -> 'channel_versions') AS {alias}"
+
+    def version_of(self, record: str, channel: str) -> str:
+        return f"({record} -> 'channel_versions' ->> {channel})"
+
+    def versions_column(self, record: str) -> str:
+        return f"{record} -> 'channel_versions'"
+
+    def in_list(self, column: str, name: str) -> str:
+        return f"{column} = ANY({self.p(name)}::text[])"
+
+    def list_param(self, values: Sequence[Any]) -> Any:
+        return list(values)
+
+    def metadata_filter(self, column: str, key_name: str, value_name: str) -> str:
+        return f"{column} -> {self.p(key_name)} = {self.p(value_name)}::jsonb"
+
+    def metadata_filter_params(self, key: str, value: Any) -> tuple[Any, Any]:
+        return key, dumps_json(value)
+
+    def check_metadata(self, text: str) -> None:
+        if "\\u0000" in text:
+            raise SerializationError(
+                "metadata strings cannot contain NUL (\\x00) on PostgreSQL (jsonb); "
+                "remove it or keep such values in channel state"
+            )
+
+    def put_plan(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        run_id: str | None,
+        record: str,
+        metadata: str,
+        blobs: list[tuple[str, str, str, bytes]],
+    ) -> Op[None]:
+        params: dict[str, Any] = {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "parent_id": parent_id,
+            "run_id": run_id,
+            "record": record,
+            "metadata": metadata,
+        }
+        values = (
+            "VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
+            "%(run_id)s, %(record)s::jsonb, %(metadata)s::jsonb) "
+            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+            + self.checkpoint_upsert_values()
+        )
+        columns = (
+            f"INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, run_id, checkpoint, metadata) "
+        )
+        if blobs:
+            # Blobs and checkpoint in one statement: one round trip, atomic in autocommit.
+            channels, versions, types, datas = (list(c) for c in zip(*blobs))
+            params.update(channels=channels, versions=versions, types=types, datas=datas)
+            sql = (
+                f"WITH new_blobs AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
+                "channel, version, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
+                "x.channel, x.version, x.type, x.blob FROM unnest(%(channels)s::text[], "
+                "%(versions)s::text[], %(types)s::text[], %(datas)s::bytea[]) "
+                "AS x(channel, version, type, blob) ON CONFLICT DO NOTHING) " + columns + values
+            )
+        else:
+            sql = columns + values
+        return Op(_one(Stmt(sql, params)))
+
+    def put_writes_plan(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        task_id: Any,
+        task_path: str,
+        rows: list[tuple[int, str, str, bytes]],
+        replace: bool,
+    ) -> Op[None]:
+        conflict = (
+            "DO UPDATE SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "
+            "type = EXCLUDED.type, blob = EXCLUDED.blob"
+            if replace
+            else "DO NOTHING"
+        )
+        idxs, channels, types, datas = (list(c) for c in zip(*rows))
+        sql = (
+            f"INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+            "task_path, idx, channel, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
+            "%(checkpoint_id)s, %(task_id)s::uuid, %(task_path)s, x.idx, x.channel, x.type, "
+            "x.blob FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], "
+            "%(datas)s::bytea[]) AS x(idx, channel, type, blob) "
+            f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
+        )
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "task_id": task_id,
+            "task_path": task_path,
+            "idxs": idxs,
+            "channels": channels,
+            "types": types,
+            "datas": datas,
+        }
+        return Op(_one(Stmt(sql, params)))
+
+    def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
+        arrays = {f"k{i}": [k[i] for k in keys] for i in range(len(columns))}
+        unnest = ", ".join(f"%(k{i})s::text[]" for i in range(len(columns)))
+        names = ", ".join(columns)
+        return Stmt(
+            f"DELETE FROM {table} WHERE ({names}) IN (SELECT * FROM unnest({unnest}))",
+            arrays,
+        )
+
+    def delete_thread_plan(self, thread_id: str) -> Op[None]:
+        sql = (
+            f"WITH c AS (DELETE FROM {self.checkpoints} WHERE thread_id = %(t)s), "
+            f"w AS (DELETE FROM {self.writes} WHERE thread_id = %(t)s) "
+            f"DELETE FROM {self.blobs} WHERE thread_id = %(t)s"
+        )
+        return Op(_one(Stmt(sql, {"t": thread_id})))
+
+    def copy_thread_plan(self, source: str, target: str) -> Op[None]:
+        sql = (
+            f"WITH c AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, "
+            "checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata) "
+            "SELECT %(dst)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
+            f"checkpoint, metadata FROM {self.checkpoints} WHERE thread_id = %(src)s "
+            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+            "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
+            + self.checkpoint_upsert_values()
+            + f"), b AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, channel, version, "
+            "type, blob) SELECT %(dst)s, checkpoint_ns, channel, version, type, blob "
+            f"FROM {self.blobs} WHERE thread_id = %(src)s ON CONFLICT DO NOTHING) "
+            f"INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+            "task_path, idx, channel, type, blob) SELECT %(dst)s, checkpoint_ns, checkpoint_id, "
+            f"task_id, task_path, idx, channel, type, blob FROM {self.writes} "
+            "WHERE thread_id = %(src)s "
+            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "
+            "SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "
+            "type = EXCLUDED.type, blob = EXCLUDED.blob"
+        )
+        return Op(_one(Stmt(sql, {"src": source, "dst": target})))
+
+    def version_plan(self) -> Plan[str | None]:
+        rows = yield Stmt(
+            "SELECT to_regclass(%(name)s)::text", {"name": self.version_table}, fetch=True
+        )
+        if not rows or rows[0][0] is None:
+            return None
+        rows = yield Stmt(f"SELECT version_num FROM {self.version_table}", (), fetch=True)
+        return rows[0][0] if rows else None
+
+    def setup_plan(self) -> Plan[None]:
+        """Run in one transaction holding an advisory lock: concurrent setups queue, and
+        the later ones find the schema current. Plain CREATE INDEX only (never
+        CONCURRENTLY, which cannot run in a transaction)."""
+        yield Stmt("SELECT pg_advisory_xact_lock(%(key)s)", {"key": self.lock_key}, fetch=True)
+        rows = yield Stmt(
+            "SELECT 1 FROM pg_namespace WHERE nspname = %(s)s", {"s": self.schema}, fetch=True
+        )
+        if not rows:
+            yield Stmt(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}", ())
+        found = yield from self.version_plan()
+        statements = plan_upgrade("postgresql", self.schema, found, where=self.describe())
+        for sql in statements or ():
+            yield Stmt(sql, None)
+
+
+def _one(stmt: Stmt) -> Plan[None]:
+    yield stmt

@@ -1,0 +1,453 @@
+"""The saver API on top of the core, written once as *programs* (generators of operations)
+and driven by a thin sync or async driver.
+
+A program yields `Op`s (each run by the executor on one borrowed connection, inside one
+transaction when it asks for it) and does its decoding between them, after the connection
+has been released: deserializing values never holds a lock or a pooled connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine, Generator, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from checkpointer.errors import CheckpointerError
+from checkpointer.savers.base import BaseCheckpointSaver, validate_prune_strategy
+from checkpointer.savers.sql.core import (
+    Dialect,
+    ListQuery,
+    Op,
+    Row,
+    StatementHook,
+    decode_delta_history,
+    decode_tuples,
+    delete_for_runs_plan,
+    delta_history_stmts,
+    get_tuple_stmt,
+    list_page_stmt,
+    prune_plan,
+    put_op,
+    put_writes_op,
+    single,
+)
+from checkpointer.savers.sql.migration import check_revision
+from checkpointer.serde import Serializer
+from checkpointer.types import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    RunnableConfig,
+)
+
+T = TypeVar("T")
+Program = Generator[Op[Any], Any, T]
+
+DEFAULT_PAGE_SIZE = 200
+"""Checkpoints per `list()` statement: one statement for a page, never one per checkpoint."""
+
+
+class SyncExecutor(Protocol):
+    trace: StatementHook | None
+
+    def run(self, op: Op[T]) -> T: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncExecutor(Protocol):
+    trace: StatementHook | None
+
+    async def run(self, op: Op[T]) -> T: ...
+
+    async def close(self) -> None: ...
+
+
+class _SqlPrograms:
+    """Every saver operation, independent of sync or async execution."""
+
+    _dialect: Dialect
+    serde: Serializer
+    page_size: int
+
+    def _where(self) -> str:
+        return self._dialect.describe()
+
+    def _p_check_schema(self) -> Program[None]:
+        found = yield Op(self._dialect.version_plan())
+        check_revision(found, where=self._where())
+
+    def _p_setup(self) -> Program[None]:
+        yield Op(self._dialect.setup_plan(), txn=True)
+
+    def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
+        rows: list[Row] = yield Op(single(get_tuple_stmt(self._dialect, config)))
+        tuples = decode_tuples(rows, self.serde)
+        return tuples[0] if tuples else None
+
+    def _p_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Program[RunnableConfig]:
+        op, next_config = put_op(
+            self._dialect, self.serde, config, checkpoint, metadata, new_versions
+        )
+        yield op
+        return next_config
+
+    def _p_put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Program[None]:
+        op = put_writes_op(self._dialect, self.serde, config, writes, task_id, task_path)
+        if op is not None:
+            yield op
+
+    def _p_delete_thread(self, thread_id: str) -> Program[None]:
+        yield self._dialect.delete_thread_plan(str(thread_id))
+
+    def _p_delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:
+        if isinstance(run_ids, str):
+            run_ids = [run_ids]
+        if run_ids:
+            yield Op(delete_for_runs_plan(self._dialect, list(run_ids)), txn=True)
+
+    def _p_copy_thread(self, source_thread_id: str, target_thread_id: str) -> Program[None]:
+        if str(source_thread_id) != str(target_thread_id):
+            yield self._dialect.copy_thread_plan(str(source_thread_id), str(target_thread_id))
+
+    def _p_prune(self, thread_ids: Sequence[str], strategy: str) -> Program[None]:
+        validate_prune_strategy(strategy)
+        if isinstance(thread_ids, str):
+            thread_ids = [thread_ids]
+        threads = [str(t) for t in dict.fromkeys(thread_ids)]
+        if not threads:
+            return
+        if strategy == "delete":
+            for thread_id in threads:
+                yield self._dialect.delete_thread_plan(thread_id)
+        else:
+            yield Op(prune_plan(self._dialect, threads), txn=True)
+
+    def _p_delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Program[Mapping[str, DeltaChannelHistory]]:
+        if not channels:
+            return {}
+        out: dict[str, DeltaChannelHistory] = {}
+        for chunk, stmt in delta_history_stmts(self._dialect, config, channels):
+            rows: list[Row] = yield Op(single(stmt))
+            out.update(decode_delta_history(rows, chunk, self.serde))
+        return out
+
+    def _list_page(
+        self, query: ListQuery, after: tuple[str, str, str] | None, remaining: int | None
+    ) -> tuple[Op[list[Row]], int] | None:
+        size = self.page_size if remaining is None else min(remaining, self.page_size)
+        if size <= 0:
+            return None
+        return Op(single(list_page_stmt(self._dialect, query, after, size))), size
+
+
+class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
+    """Sync SQL saver; async methods come from the base class (run in a worker thread)."""
+
+    _executor: SyncExecutor
+
+    def __init__(self, *, serde: Serializer | None, page_size: int = DEFAULT_PAGE_SIZE) -> None:
+        super().__init__(serde=serde)
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.page_size = page_size
+        self._schema_ok = False
+
+    def _drive(self, program: Program[T], *, check: bool = True) -> T:
+        if check and not self._schema_ok:
+            self._drive(self._p_check_schema(), check=False)
+            self._schema_ok = True
+        try:
+            op = next(program)
+            while True:
+                op = program.send(self._executor.run(op))
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            program.close()
+
+    def setup(self) -> None:
+        """Create or upgrade the schema. Idempotent; safe from several processes at once."""
+        self._drive(self._p_setup(), check=False)
+        self._schema_ok = True
+
+    def close(self) -> None:
+        self._executor.close()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._drive(self._p_get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        query = ListQuery.from_args(config, filter, before, limit)
+        return self._iter_list(query)
+
+    def _iter_list(self, query: ListQuery) -> Iterator[CheckpointTuple]:
+        remaining, after = query.limit, None
+        while (page := self._list_page(query, after, remaining)) is not None:
+            op, size = page
+            rows = self._drive(_run_one(op))
+            tuples = decode_tuples(rows, self.serde)
+            # No lock and no connection is held while the caller consumes the page.
+            yield from tuples
+            if len(tuples) < size:
+                return
+            last = tuples[-1].config["configurable"]
+            after = (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
+            if remaining is not None:
+                remaining -= len(tuples)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._drive(self._p_put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._drive(self._p_put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._drive(self._p_delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._drive(self._p_delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._drive(self._p_copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._drive(self._p_prune(thread_ids, strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._drive(self._p_delta_history(config, channels))
+
+    def __enter__(self) -> SyncSqlSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _run_one(op: Op[T]) -> Program[T]:
+    result = yield op
+    return result
+
+
+class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
+    """Async SQL saver. Its sync methods run the async ones on the saver's event loop from
+    another thread; called from that loop itself they raise instead of deadlocking."""
+
+    _executor: AsyncExecutor
+
+    def __init__(self, *, serde: Serializer | None, page_size: int = DEFAULT_PAGE_SIZE) -> None:
+        super().__init__(serde=serde)
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.page_size = page_size
+        self._schema_ok = False
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+
+    def _bind_loop(self) -> None:
+        if self.loop is None or self.loop.is_closed():
+            self.loop = asyncio.get_running_loop()
+
+    async def _adrive(self, program: Program[T], *, check: bool = True) -> T:
+        self._bind_loop()
+        if check and not self._schema_ok:
+            await self._adrive(self._p_check_schema(), check=False)
+            self._schema_ok = True
+        try:
+            op = next(program)
+            while True:
+                op = program.send(await self._executor.run(op))
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            program.close()
+
+    def _sync(self, name: str, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        loop = self.loop
+        if running is not None and (loop is None or running is loop):
+            coro.close()
+            raise CheckpointerError(
+                f"{type(self).__name__}.{name}() was called from the event loop the saver "
+                f"runs on, which would deadlock; use `await saver.a{name}(...)` there, or "
+                "call the sync method from another thread"
+            )
+        if loop is None or loop.is_closed() or not loop.is_running():
+            coro.close()
+            raise CheckpointerError(
+                f"{type(self).__name__}.{name}() needs the saver's event loop running in "
+                "another thread; in async code use the a-prefixed methods"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    async def setup(self) -> None:
+        """Create or upgrade the schema. Idempotent; safe from several processes at once."""
+        await self._adrive(self._p_setup(), check=False)
+        self._schema_ok = True
+
+    async def aclose(self) -> None:
+        await self._executor.close()
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._adrive(self._p_get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        query = ListQuery.from_args(config, filter, before, limit)
+        remaining, after = query.limit, None
+        while (page := self._list_page(query, after, remaining)) is not None:
+            op, size = page
+            rows = await self._adrive(_run_one(op))
+            tuples = decode_tuples(rows, self.serde)
+            for tup in tuples:
+                yield tup
+            if len(tuples) < size:
+                return
+            last = tuples[-1].config["configurable"]
+            after = (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
+            if remaining is not None:
+                remaining -= len(tuples)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._adrive(self._p_put(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._adrive(self._p_put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._adrive(self._p_delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._adrive(self._p_delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._adrive(self._p_copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._adrive(self._p_prune(thread_ids, strategy))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._adrive(self._p_delta_history(config, channels))
+
+    # Sync bridges (from another thread only).
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync("get_tuple", self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        return iter(self._sync("list", collect()))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync("put", self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._sync("put_writes", self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync("delete_thread", self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync("delete_for_runs", self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync("copy_thread", self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync("prune", self.aprune(thread_ids, strategy=strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._sync(
+            "get_delta_channel_history",
+            self.aget_delta_channel_history(config=config, channels=channels),
+        )
+
+    async def __aenter__(self) -> AsyncSqlSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

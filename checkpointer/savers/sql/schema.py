@@ -1,0 +1,110 @@
+"""The storage schema, defined once: SQLAlchemy Core tables for SQLite and PostgreSQL.
+
+This `MetaData` is the source of truth for what the newest migration must produce (a test
+compares a migrated database against it). The Alembic revisions in `migrations/versions`
+are frozen copies of each step; the savers only ever talk to the tables named here.
+
+Every primary key starts with `thread_id`, so a thread-sharded PostgreSQL (Citus, distribution
+column `thread_id`) can route every per-thread query to one shard.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+CHECKPOINTS = "checkpointer_checkpoints"
+BLOBS = "checkpointer_blobs"
+WRITES = "checkpointer_writes"
+VERSION_TABLE = "checkpointer_schema_version"
+
+SCHEMA_REVISION = "0001"
+"""The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
+
+KNOWN_REVISIONS: tuple[str, ...] = ("0001",)
+"""Every revision this code knows, oldest first; a database at any other one is newer."""
+
+
+def key_text() -> sa.types.TypeEngine[str]:
+    """Text compared bytewise on PostgreSQL (collation "C"), as Python compares strings.
+
+    Locale collations ignore punctuation and case at first level, which would order
+    checkpoint ids and task paths differently from the in-memory saver.
+    """
+    return sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
+
+
+def json_doc() -> sa.types.TypeEngine[str]:
+    """`jsonb` on PostgreSQL (filterable, readable by SQL); JSON text on SQLite."""
+    return sa.Text().with_variant(postgresql.JSONB(), "postgresql")
+
+
+def value_bytes() -> sa.types.TypeEngine[bytes]:
+    """Serialized values: `bytea` / BLOB, so any byte (NUL included) round-trips."""
+    return sa.LargeBinary().with_variant(postgresql.BYTEA(), "postgresql")
+
+
+def task_id_type() -> sa.types.TypeEngine[str]:
+    """Task ids are UUIDs: 16 bytes in a `uuid` on PostgreSQL, text on SQLite."""
+    return sa.Text().with_variant(postgresql.UUID(as_uuid=False), "postgresql")
+
+
+def build_metadata(schema: str | None = None) -> sa.MetaData:
+    """The tables, optionally inside a PostgreSQL schema (SQLite has none)."""
+    metadata = sa.MetaData(schema=schema)
+    sa.Table(
+        CHECKPOINTS,
+        metadata,
+        sa.Column("thread_id", key_text(), nullable=False),
+        sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+        sa.Column("checkpoint_id", key_text(), nullable=False),
+        sa.Column("parent_checkpoint_id", key_text(), nullable=True),
+        # metadata["run_id"] as a column, so delete_for_runs finds runs by index.
+        sa.Column("run_id", sa.Text(), nullable=True),
+        # The checkpoint record minus channel_values (v, ts, channel_versions,
+        # versions_seen, updated_channels), as JSON so SQL can read channel_versions.
+        sa.Column("checkpoint", json_doc(), nullable=False),
+        sa.Column("metadata", json_doc(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "thread_id", "checkpoint_ns", "checkpoint_id", name=f"{CHECKPOINTS}_pkey"
+        ),
+        sa.Index(f"{CHECKPOINTS}_run_id_idx", "run_id"),
+    )
+    sa.Table(
+        BLOBS,
+        metadata,
+        sa.Column("thread_id", key_text(), nullable=False),
+        sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+        sa.Column("channel", key_text(), nullable=False),
+        sa.Column("version", key_text(), nullable=False),
+        sa.Column("type", sa.Text(), nullable=False),
+        sa.Column("blob", value_bytes(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "thread_id", "checkpoint_ns", "channel", "version", name=f"{BLOBS}_pkey"
+        ),
+    )
+    sa.Table(
+        WRITES,
+        metadata,
+        sa.Column("thread_id", key_text(), nullable=False),
+        sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+        sa.Column("checkpoint_id", key_text(), nullable=False),
+        sa.Column("task_id", task_id_type(), nullable=False),
+        sa.Column("idx", sa.Integer(), nullable=False),
+        sa.Column("task_path", key_text(), nullable=False, server_default=""),
+        sa.Column("channel", key_text(), nullable=False),
+        sa.Column("type", sa.Text(), nullable=False),
+        sa.Column("blob", value_bytes(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "task_id",
+            "idx",
+            name=f"{WRITES}_pkey",
+        ),
+    )
+    return metadata
+
+
+metadata = build_metadata()

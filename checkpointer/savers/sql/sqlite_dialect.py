@@ -1,0 +1,188 @@
+"""SQLite specifics: JSON text read with json_each, `?`/`:name` placeholders, executemany."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from checkpointer.savers.sql.core import Dialect, Op, Plan, Stmt, dumps_json
+from checkpointer.savers.sql.migration import plan_upgrade
+from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, VERSION_TABLE, WRITES
+
+
+class SqliteDialect(Dialect):
+    name = "sqlite"
+    checkpoints = CHECKPOINTS
+    blobs = BLOBS
+    writes = WRITES
+
+    def __init__(self, where: str = "SQLite database") -> None:
+        self._where = where
+
+    def describe(self) -> str:
+        return self._where
+
+    def p(self, name: str) -> str:
+        return f":{name}"
+
+    def encode_task_id(self, task_id: str) -> Any:
+        """Task ids are stored as given (text)."""
+        if not isinstance(task_id, str):
+            raise ValueError(f"task id must be a string, got {task_id!r}")
+        return task_id
+
+    def versions_join(self, record: str, alias: str) -> str:
+        return f"CROSS JOIN json_each({record}, '$.channel_versions') AS {alias}"
+
+    def versions_value(self, alias: str) -> str:
+        # Integer versions come back as numbers; blob keys hold their text.
+        return f"CAST({alias}.value AS TEXT)"
+
+    def version_of(self, record: str, channel: str) -> str:
+        # A channel name may hold any character, so it never becomes part of a JSON path.
+        return (
+            f"(SELECT CAST(jv.value AS TEXT) FROM json_each({record}, '$.channel_versions') "
+            f"AS jv WHERE jv.key = {channel})"
+        )
+
+    def versions_column(self, record: str) -> str:
+        return f"json_extract({record}, '$.channel_versions')"
+
+    def in_list(self, column: str, name: str) -> str:
+        return f"{column} IN (SELECT value FROM json_each({self.p(name)}))"
+
+    def list_param(self, values: Sequence[Any]) -> Any:
+        return json.dumps(list(values))
+
+    def metadata_filter(self, column: str, key_name: str, value_name: str) -> str:
+        # Both sides are compact JSON text with sorted keys, so equal values compare equal.
+        return f"{column} -> {self.p(key_name)} = json({self.p(value_name)})"
+
+    def metadata_filter_params(self, key: str, value: Any) -> tuple[Any, Any]:
+        # Keys are validated identifiers ([A-Za-z0-9_-]), safe inside a quoted JSON path;
+        # the path is still bound as a parameter, never spliced into the SQL.
+        return f'$."{key}"', dumps_json(value)
+
+    def put_plan(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        run_id: str | None,
+        record: str,
+        metadata: str,
+        blobs: list[tuple[str, str, str, bytes]],
+    ) -> Op[None]:
+        def plan() -> Plan[None]:
+            if blobs:
+                yield Stmt(
+                    f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, "
+                    "blob) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    [(thread_id, ns, *b) for b in blobs],
+                    many=True,
+                )
+            yield Stmt(
+                f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
+                "parent_checkpoint_id, run_id, checkpoint, metadata) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                + self.checkpoint_upsert_values(),
+                (thread_id, ns, checkpoint_id, parent_id, run_id, record, metadata),
+            )
+
+        return Op(plan(), txn=bool(blobs))
+
+    def put_writes_plan(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        task_id: Any,
+        task_path: str,
+        rows: list[tuple[int, str, str, bytes]],
+        replace: bool,
+    ) -> Op[None]:
+        conflict = (
+            "DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel, "
+            "type = excluded.type, blob = excluded.blob"
+            if replace
+            else "DO NOTHING"
+        )
+        sql = (
+            f"INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+            "task_path, idx, channel, type, blob) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
+        )
+        params = [(thread_id, ns, checkpoint_id, task_id, task_path, *r) for r in rows]
+
+        def plan() -> Plan[None]:
+            if len(params) == 1:
+                yield Stmt(sql, params[0])
+            else:
+                yield Stmt(sql, params, many=True)
+
+        return Op(plan(), txn=len(params) > 1)
+
+    def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
+        where = " AND ".join(f"{c} = ?" for c in columns)
+        return Stmt(f"DELETE FROM {table} WHERE {where}", keys, many=True)
+
+    def delete_thread_plan(self, thread_id: str) -> Op[None]:
+        def plan() -> Plan[None]:
+            for table in (CHECKPOINTS, WRITES, BLOBS):
+                yield Stmt(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+        return Op(plan(), txn=True)
+
+    def copy_thread_plan(self, source: str, target: str) -> Op[None]:
+        def plan() -> Plan[None]:
+            params = {"src": source, "dst": target}
+            yield Stmt(
+                f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
+                "parent_checkpoint_id, run_id, checkpoint, metadata) "
+                "SELECT :dst, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
+                f"checkpoint, metadata FROM {CHECKPOINTS} WHERE thread_id = :src "
+                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                "parent_checkpoint_id = excluded.parent_checkpoint_id, "
+                + self.checkpoint_upsert_values(),
+                params,
+            )
+            yield Stmt(
+                f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob) "
+                f"SELECT :dst, checkpoint_ns, channel, version, type, blob FROM {BLOBS} "
+                "WHERE thread_id = :src ON CONFLICT DO NOTHING",
+                params,
+            )
+            yield Stmt(
+                f"INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+                "task_path, idx, channel, type, blob) "
+                "SELECT :dst, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
+                f"type, blob FROM {WRITES} WHERE thread_id = :src "
+                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "
+                "SET task_path = excluded.task_path, channel = excluded.channel, "
+                "type = excluded.type, blob = excluded.blob",
+                params,
+            )
+
+        return Op(plan(), txn=True)
+
+    def version_plan(self) -> Plan[str | None]:
+        rows = yield Stmt(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?",
+            (VERSION_TABLE,),
+            fetch=True,
+        )
+        if not rows:
+            return None
+        rows = yield Stmt(f"SELECT version_num FROM {VERSION_TABLE}", (), fetch=True)
+        return rows[0][0] if rows else None
+
+    def setup_plan(self) -> Plan[None]:
+        """Run inside BEGIN IMMEDIATE: one process migrates, the others wait, then see it
+        done."""
+        found = yield from self.version_plan()
+        statements = plan_upgrade("sqlite", None, found, where=self.describe())
+        for sql in statements or ():
+            yield Stmt(sql, ())

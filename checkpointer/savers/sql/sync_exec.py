@@ -1,0 +1,252 @@
+"""Sync execute layer: drives plans over sqlite3 and psycopg connections.
+
+Only this module (and its async twin) touches connections; what to run comes from `core`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from checkpointer.errors import CheckpointerError
+from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
+
+T = TypeVar("T")
+
+
+def drive(op: Op[T], execute: Callable[[Stmt], list[Row]]) -> T:
+    """Run a plan to completion: send each statement's rows back into it."""
+    plan = op.plan
+    try:
+        stmt = next(plan)
+        while True:
+            stmt = plan.send(execute(stmt))
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        plan.close()
+
+
+def run_sqlite_op(conn: sqlite3.Connection, op: Op[T], trace: StatementHook | None) -> T:
+    """One operation on an autocommit sqlite3 connection; several statements go in one
+    BEGIN IMMEDIATE transaction (taking the write lock up front, so two writers never
+    deadlock upgrading read locks). Also run inside aiosqlite's thread by the async saver."""
+
+    def execute(stmt: Stmt) -> list[Row]:
+        if trace is not None:
+            trace(stmt.sql)
+        if stmt.many:
+            conn.executemany(stmt.sql, stmt.params)
+            return []
+        # Always drain: an unread RETURNING row keeps the statement open, and COMMIT
+        # would then fail with "SQL statements in progress".
+        rows = conn.execute(stmt.sql, stmt.params).fetchall()
+        return rows if stmt.fetch else []
+
+    if not op.txn:
+        return drive(op, execute)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = drive(op, execute)
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def sqlite_pragmas(busy_timeout: float, synchronous: str) -> list[str]:
+    """Per-connection settings. WAL lets readers run beside the one writer; NORMAL sync in
+    WAL mode never corrupts the file and survives process crashes (use FULL to also survive
+    power loss)."""
+    if synchronous.upper() not in SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+    return [
+        f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}",
+        f"PRAGMA synchronous = {synchronous.upper()}",
+    ]
+
+
+def is_memory_path(path: str) -> bool:
+    return path in ("", ":memory:") or (path.startswith("file:") and "mode=memory" in path)
+
+
+class _ConnHolder:
+    """Owns one thread's connection; closing it when the holder is collected."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class SqliteExecutor:
+    """Runs plans on SQLite.
+
+    A file database gets one connection per thread: threads never wait on a Python lock,
+    only on SQLite's own write lock (with `busy_timeout`). A given connection or an
+    in-memory database is shared under a lock held for one operation at a time, never
+    while a caller iterates `list()`.
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | sqlite3.Connection,
+        *,
+        busy_timeout: float = 5.0,
+        synchronous: str = "NORMAL",
+    ) -> None:
+        self.trace: StatementHook | None = None
+        self._pragmas = sqlite_pragmas(busy_timeout, synchronous)
+        self._busy_timeout = busy_timeout
+        self._closed = False
+        self._local = threading.local()
+        # Per-thread connections, held weakly: when a thread ends, its thread-local
+        # holder goes and closes the connection, so short-lived threads leak nothing.
+        self._all: weakref.WeakSet[_ConnHolder] = weakref.WeakSet()
+        self._all_lock = threading.Lock()
+        self._shared: sqlite3.Connection | None = None
+        self._shared_lock = threading.RLock()
+        self._owns_shared = False
+        if isinstance(target, sqlite3.Connection):
+            self.path = None
+            self._shared = target
+            self._prepare(target, user=True)
+        else:
+            self.path = os.fspath(target)
+            if is_memory_path(self.path):
+                self._shared = self._open()
+                self._owns_shared = True
+
+    @property
+    def where(self) -> str:
+        return f"SQLite database {self.path!r}" if self.path else "SQLite database"
+
+    def _open(self) -> sqlite3.Connection:
+        assert self.path is not None
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=self.path.startswith("file:"),
+        )
+        self._prepare(conn, user=False)
+        return conn
+
+    def _prepare(self, conn: sqlite3.Connection, *, user: bool) -> None:
+        if user and conn.in_transaction:
+            conn.commit()
+        # Autocommit: we issue BEGIN IMMEDIATE ourselves for multi-statement writes.
+        conn.isolation_level = None
+        for pragma in self._pragmas:
+            conn.execute(pragma)
+        if not is_memory_path(self.path or ""):
+            conn.execute("PRAGMA journal_mode = WAL")
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        if self._closed:
+            raise CheckpointerError("this saver is closed")
+        if self._shared is not None:
+            with self._shared_lock:
+                yield self._shared
+            return
+        holder: _ConnHolder | None = getattr(self._local, "holder", None)
+        if holder is None:
+            holder = _ConnHolder(self._open())
+            self._local.holder = holder
+            with self._all_lock:
+                self._all.add(holder)
+        yield holder.conn
+
+    def run(self, op: Op[T]) -> T:
+        with self._connection() as conn:
+            return run_sqlite_op(conn, op, self.trace)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._all_lock:
+            holders, self._all = list(self._all), weakref.WeakSet()
+        for holder in holders:
+            holder.close()
+        if self._shared is not None and self._owns_shared:
+            self._shared.close()
+
+
+class PostgresExecutor:
+    """Runs plans on psycopg: a pool (no lock: each operation borrows a connection) or one
+    connection (a lock held for one operation at a time, never while iterating)."""
+
+    def __init__(self, source: Any, *, prepare: bool = True, owns: bool = False) -> None:
+        from psycopg import Connection
+        from psycopg_pool import ConnectionPool
+
+        self.trace: StatementHook | None = None
+        self._prepare: bool | None = None if prepare else False
+        self._owns = owns
+        self._lock = threading.Lock()
+        if isinstance(source, ConnectionPool):
+            self._pool: Any = source
+            self._conn: Any = None
+        elif isinstance(source, Connection):
+            self._pool, self._conn = None, source
+        else:
+            raise TypeError(
+                "expected a psycopg Connection or psycopg_pool ConnectionPool, got "
+                f"{type(source).__name__}"
+            )
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        if self._pool is not None:
+            with self._pool.connection() as conn:
+                yield conn
+        else:
+            with self._lock:
+                yield self._conn
+
+    def _execute(self, cur: Any, stmt: Stmt) -> list[Row]:
+        if self.trace is not None:
+            self.trace(stmt.sql)
+        if stmt.many:
+            cur.executemany(stmt.sql, stmt.params)
+            return []
+        cur.execute(stmt.sql, stmt.params or None, prepare=self._prepare)
+        return cur.fetchall() if stmt.fetch else []
+
+    def run(self, op: Op[T]) -> T:
+        from psycopg.rows import tuple_row
+
+        with self._connection() as conn, conn.cursor(binary=True, row_factory=tuple_row) as cur:
+            if op.txn or not conn.autocommit:
+                # In autocommit mode this is BEGIN/COMMIT; inside a caller's open
+                # transaction it becomes a savepoint and the caller commits.
+                with conn.transaction():
+                    return drive(op, lambda s: self._execute(cur, s))
+            return drive(op, lambda s: self._execute(cur, s))
+
+    def close(self) -> None:
+        if not self._owns:
+            return
+        if self._pool is not None:
+            self._pool.close()
+        elif self._conn is not None:
+            self._conn.close()

@@ -1,0 +1,295 @@
+"""What only the SQL savers promise: statement counts, stored rows, dialect details."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import pytest_asyncio
+from psycopg_pool import ConnectionPool
+
+from checkpointer.errors import SerializationError
+from checkpointer.ids import next_channel_version, task_id_for
+from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
+from checkpointer.savers.sql.postgres_dialect import encode_task_id
+from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
+from checkpointer.types import empty_checkpoint, make_config
+from tests.conftest import (
+    PG_URL,
+    StatementCounter,
+    close_saver,
+    drop_schema,
+    open_saver,
+    require_postgres,
+)
+
+SQL_KINDS = ("sqlite", "async_sqlite", "postgres", "async_postgres")
+
+
+class Sql:
+    """An SQL saver of some kind, called sync or async as its kind says."""
+
+    def __init__(self, saver: Any, kind: str, schema: str | None) -> None:
+        self.saver, self.kind, self.schema = saver, kind, schema
+        self.is_async = kind.startswith("async")
+
+    async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return await getattr(self.saver, "a" + name)(*args, **kwargs)
+        return getattr(self.saver, name)(*args, **kwargs)
+
+    async def list(self, config: Any, **kwargs: Any) -> list[Any]:
+        if self.is_async:
+            return [t async for t in self.saver.alist(config, **kwargs)]
+        return list(self.saver.list(config, **kwargs))
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """Read the tables directly (a separate connection)."""
+        if self.kind.endswith("postgres"):
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'SET search_path TO "{self.schema}"')
+                return conn.execute(sql).fetchall()
+        path = self.saver._executor.path
+        with sqlite3.connect(path) as conn:
+            return conn.execute(sql).fetchall()
+
+
+@pytest_asyncio.fixture(params=SQL_KINDS)
+async def sql(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Sql]:
+    kind: str = request.param
+    schema = None
+    if kind.endswith("postgres"):
+        require_postgres()
+        schema = f"cp_test_{uuid.uuid4().hex[:12]}"
+    saver = await open_saver(kind, tmp_path, schema)
+    try:
+        yield Sql(saver, kind, schema)
+    finally:
+        await close_saver(kind, saver)
+        if schema:
+            drop_schema(schema)
+
+
+async def build(sql: Sql, thread_id: str, steps: int, delta: bool = True) -> Any:
+    """Checkpoints with a plain channel `p` (stored every step) and a delta channel `d`
+    (stored once, at the root; written every step)."""
+    config = make_config(thread_id)
+    versions: dict[str, str] = {}
+    for step in range(steps):
+        new = {"p": next_channel_version(versions.get("p"))}
+        values: dict[str, Any] = {"p": step}
+        if step == 0 or not delta:
+            new["d"] = next_channel_version(versions.get("d"))
+            values["d"] = ["seed"]
+        elif step > 0:
+            new["d"] = next_channel_version(versions.get("d"))
+        versions.update(new)
+        cp = empty_checkpoint()
+        cp["channel_versions"] = dict(versions)
+        cp["channel_values"] = values
+        config = await sql.call(
+            "put", config, cp, {"step": step, "run_id": f"run-{step // 3}"}, new
+        )
+        await sql.call("put_writes", config, [("d", step)], task_id_for(step, "t"))
+    return config
+
+
+async def test_statement_counts(sql: Sql) -> None:
+    head = await build(sql, "count", 12)
+    counter = StatementCounter(sql.saver)
+    await sql.call("get_tuple", head)
+    assert counter.count == 1
+    counter.reset()
+    await sql.call("get_tuple", make_config("count"))
+    assert counter.count == 1
+    counter.reset()
+    assert len(await sql.list(make_config("count"))) == 12
+    assert counter.count == 1
+    counter.reset()
+    assert len(await sql.list(make_config("count"), limit=5)) == 5
+    assert counter.count == 1
+    counter.reset()
+    history = await sql.call("get_delta_channel_history", config=head, channels=["d", "p", "x"])
+    assert counter.count == 1
+    assert history["d"]["seed"] == ["seed"] and len(history["d"]["writes"]) == 11
+    counter.reset()
+    await build(sql, "count2", 1)
+    if sql.kind.endswith("postgres"):
+        # put (blobs + checkpoint) and put_writes are one statement each.
+        assert counter.count == 2
+
+
+async def test_list_pages_are_one_statement_each(sql: Sql) -> None:
+    await build(sql, "pages", 10, delta=False)
+    sql.saver.page_size = 4
+    counter = StatementCounter(sql.saver)
+    assert len(await sql.list(make_config("pages"))) == 10
+    assert counter.count == 3
+
+
+async def test_blobs_only_for_new_versions(sql: Sql) -> None:
+    await build(sql, "blobs", 6)
+    # p is stored every step; d only at the root (the rest of d lives in writes).
+    rows = sql.rows("SELECT channel, count(*) FROM checkpointer_blobs GROUP BY channel ORDER BY 1")
+    assert rows == [("d", 1), ("p", 6)]
+
+
+async def test_lifecycle_removes_unreferenced_blobs(sql: Sql) -> None:
+    await build(sql, "life", 7, delta=False)
+    await sql.call("prune", ["life"])
+    assert sql.rows("SELECT count(*) FROM checkpointer_checkpoints") == [(1,)]
+    assert sql.rows("SELECT count(*) FROM checkpointer_blobs") == [(2,)]
+    assert sql.rows("SELECT count(*) FROM checkpointer_writes") == [(1,)]
+    await build(sql, "runs", 6, delta=False)
+    await sql.call("delete_for_runs", ["run-1"])
+    assert sql.rows("SELECT count(*) FROM checkpointer_checkpoints WHERE thread_id = 'runs'") == [
+        (3,)
+    ]
+    # Steps 3..5 are gone; blobs of their p (and d) versions with them.
+    assert sql.rows("SELECT count(*) FROM checkpointer_blobs WHERE thread_id = 'runs'") == [(6,)]
+    await sql.call("delete_thread", "runs")
+    assert sql.rows("SELECT count(*) FROM checkpointer_blobs WHERE thread_id = 'runs'") == [(0,)]
+
+
+async def test_task_ids(sql: Sql) -> None:
+    config = await build(sql, "tasks", 1)
+    if sql.kind.endswith("postgres"):
+        with pytest.raises(ValueError, match="not-a-uuid"):
+            await sql.call("put_writes", config, [("x", 1)], "not-a-uuid")
+        upper = str(uuid.uuid4()).upper()
+        with pytest.raises(ValueError, match=upper):
+            await sql.call("put_writes", config, [("x", 1)], upper)
+    else:
+        await sql.call("put_writes", config, [("x", 1)], "not-a-uuid")
+        tup = await sql.call("get_tuple", config)
+        assert ("not-a-uuid", "x", 1) in tup.pending_writes
+
+
+def test_encode_task_id() -> None:
+    value = str(uuid.uuid4())
+    assert encode_task_id(value) == value
+    for bad in ("", "x", "{" + value + "}", value.upper(), value.replace("-", "")):
+        with pytest.raises(ValueError):
+            encode_task_id(bad)
+
+
+# ------------------------------------------------------------------ SQLite
+def test_sqlite_uses_wal_and_busy_timeout(tmp_path: Path) -> None:
+    with SqliteSaver.from_conn_string(tmp_path / "w.db", setup=True, busy_timeout=7.5) as saver:
+        saver.get_tuple(make_config("t"))
+        conn = saver._executor._local.holder.conn
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("PRAGMA busy_timeout").fetchone() == (7500,)
+
+
+def test_sqlite_accepts_a_connection_and_url(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    cp = empty_checkpoint()
+    saver.put(make_config("t"), cp, {}, {})
+    saver.close()
+    conn.execute("SELECT 1")  # a connection we were given stays open
+    conn.close()
+    with SqliteSaver.from_conn_string(f"sqlite:///{path}") as again:
+        assert again.get_tuple(make_config("t")) is not None
+
+
+def test_sqlite_connections_of_finished_threads_are_closed(tmp_path: Path) -> None:
+    import gc
+    import threading
+
+    with SqliteSaver.from_conn_string(tmp_path / "t.db", setup=True) as saver:
+        for _ in range(20):
+            thread = threading.Thread(target=saver.get_tuple, args=(make_config("t"),))
+            thread.start()
+            thread.join()
+        gc.collect()
+        assert len(saver._executor._all) <= 1
+
+
+async def test_async_sqlite_accepts_a_connection(tmp_path: Path) -> None:
+    import aiosqlite
+
+    async with aiosqlite.connect(tmp_path / "a.db") as conn:
+        saver = AsyncSqliteSaver(conn)
+        await saver.setup()
+        await saver.aput(make_config("t"), empty_checkpoint(), {}, {})
+        assert await saver.aget_tuple(make_config("t")) is not None
+
+
+# ------------------------------------------------------------------ PostgreSQL
+def test_pg_odd_schema_name(pg_url: str) -> None:
+    schema = f'Odd "Schema" {uuid.uuid4().hex[:6]}'
+    try:
+        with PostgresSaver.from_conn_string(pg_url, schema=schema, setup=True) as saver:
+            saver.put(make_config("t"), empty_checkpoint(), {}, {})
+            assert saver.get_tuple(make_config("t")) is not None
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema.replace(chr(34), chr(34) * 2)}" CASCADE')
+
+
+def test_pg_without_prepared_statements(pg_url: str, pg_schema: str) -> None:
+    """PgBouncer in transaction mode: no server-side prepared statement, ever."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = PostgresSaver(conn, schema=pg_schema, prepare_threshold=None)
+        saver.setup()
+        for _ in range(3):
+            build_sync(saver, "nopre", 4)
+            saver.get_tuple(make_config("nopre"))
+            list(saver.list(make_config("nopre")))
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
+        saver.close()
+        assert not conn.closed  # not ours to close
+
+
+def test_pg_accepts_pool_and_user_transaction(pg_url: str, pg_schema: str) -> None:
+    with ConnectionPool(pg_url, min_size=1, max_size=2, open=True) as pool:
+        saver = PostgresSaver(pool, schema=pg_schema)
+        saver.setup()
+        build_sync(saver, "pooled", 3)
+        assert len(list(saver.list(make_config("pooled")))) == 3
+    # A connection not in autocommit mode: every operation still commits.
+    with psycopg.connect(pg_url) as conn:
+        saver = PostgresSaver(conn, schema=pg_schema)
+        build_sync(saver, "manual", 2)
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as fresh:
+        assert len(list(fresh.list(make_config("manual")))) == 2
+
+
+def test_pg_metadata_with_nul_is_refused_clearly(pg_url: str, pg_schema: str) -> None:
+    with (
+        PostgresSaver.from_conn_string(pg_url, schema=pg_schema, setup=True) as saver,
+        pytest.raises(SerializationError, match="NUL"),
+    ):
+        saver.put(make_config("t"), empty_checkpoint(), {"note": "a\x00b"}, {})
+
+
+async def test_async_pg_accepts_connection(pg_url: str, pg_schema: str) -> None:
+    conn = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        saver = AsyncPostgresSaver(conn, schema=pg_schema, prepare_threshold=None)
+        await saver.setup()
+        await saver.aput(make_config("t"), empty_checkpoint(), {}, {})
+        assert await saver.aget_tuple(make_config("t")) is not None
+    finally:
+        await conn.close()
+
+
+def build_sync(saver: Any, thread_id: str, steps: int) -> None:
+    config = make_config(thread_id)
+    version = None
+    for step in range(steps):
+        version = next_channel_version(version)
+        cp = empty_checkpoint()
+        cp["channel_versions"] = {"n": version}
+        cp["channel_values"] = {"n": step}
+        config = saver.put(config, cp, {"step": step}, {"n": version})
+        saver.put_writes(config, [("n", step)], task_id_for(step, "t"))
