@@ -224,8 +224,6 @@ async def test_put_same_checkpoint_twice_updates_metadata(harness: Harness) -> N
 
 
 async def test_put_rejects_self_parent(harness: Harness) -> None:
-    if harness.kind == "memory":
-        pytest.skip("the in-memory saver does not check this")
     t = thread()
     cp = checkpoint({})
     with pytest.raises(ConfigError):

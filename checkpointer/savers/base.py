@@ -26,6 +26,7 @@ from checkpointer.types import (
     DeltaChannelHistory,
     PendingWrite,
     RunnableConfig,
+    checkpoint_id_of,
 )
 
 PruneStrategy = Literal["keep_latest", "delete"]
@@ -58,6 +59,17 @@ def validate_prune_strategy(strategy: str) -> None:
         raise ValueError(
             f"unknown prune strategy {strategy!r}; expected one of {', '.join(PRUNE_STRATEGIES)}"
         )
+
+
+def parent_id_for_put(config: RunnableConfig, checkpoint: Checkpoint) -> str | None:
+    """The parent a `put` links to; a checkpoint cannot be its own parent."""
+    parent_id = checkpoint_id_of(config)
+    if parent_id is not None and parent_id == checkpoint["id"]:
+        raise ConfigError(
+            f"put(): config addresses checkpoint {parent_id!r} itself as the parent; "
+            "pass the config of the previous checkpoint"
+        )
+    return parent_id
 
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:

@@ -18,6 +18,7 @@ from checkpointer.savers.base import (
     _HistoryWalk,
     metadata_matches,
     new_blob_channels,
+    parent_id_for_put,
     validate_metadata_filter,
     validate_prune_strategy,
 )
@@ -193,7 +194,7 @@ class InMemorySaver(BaseCheckpointSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-        parent_id = checkpoint_id_of(config)
+        parent_id = parent_id_for_put(config, checkpoint)
         record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         blobs = {
             (thread_id, ns, channel, str(version)): self.serde.dumps_typed(value)
@@ -211,6 +212,9 @@ class InMemorySaver(BaseCheckpointSaver):
             namespace = self._threads.setdefault(thread_id, {}).setdefault(ns, {})
             previous = namespace.get(checkpoint["id"])
             early = self._orphan_writes.pop((thread_id, ns, checkpoint["id"]), {})
+            if previous is not None:
+                # Re-saving a checkpoint updates it in place; it keeps its place in the tree.
+                stored.parent_id = previous.parent_id
             stored.writes = {**early, **(previous.writes if previous else {})}
             namespace[checkpoint["id"]] = stored
         return make_config(thread_id, ns, checkpoint["id"])

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from checkpointer.errors import CheckpointerError, ConfigError, SerializationError
 from checkpointer.savers.base import (
     new_blob_channels,
+    parent_id_for_put,
     validate_metadata_filter,
 )
 from checkpointer.serde import Serializer
@@ -627,13 +628,8 @@ def put_op(
     """Serialize only the channels in `new_versions` that have a value; the checkpoint row
     records every version, so unchanged channels keep pointing at their older blobs."""
     thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-    parent_id = checkpoint_id_of(config)
+    parent_id = parent_id_for_put(config, checkpoint)
     checkpoint_id = checkpoint["id"]
-    if parent_id == checkpoint_id:
-        raise ConfigError(
-            f"put(): config addresses checkpoint {checkpoint_id!r} itself as the parent; "
-            "pass the config of the previous checkpoint"
-        )
     dumps = serde.dumps_typed
     blobs = [
         (channel, version_text(version), *dumps(value))
