@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 pytest.importorskip("langgraph.checkpoint.conformance")
 
@@ -19,23 +22,43 @@ from langgraph.types import Overwrite as LangGraphOverwrite
 
 from checkpointer.errors import UnregisteredTypeError
 from checkpointer.langgraph import LangGraphSaver, langgraph_serializer
-from tests.lg_backends import BACKENDS, open_backend
+from tests.conftest import (
+    PG_KINDS,
+    SAVER_KINDS,
+    close_saver,
+    drop_schema,
+    open_saver,
+    require_postgres,
+)
 from tests.lg_graphs import SCENARIOS, ChatFew, chat_graph
 
 
-@pytest.fixture(params=BACKENDS)
-def lg_saver(request: pytest.FixtureRequest) -> Any:
-    with open_backend(request.param, request) as saver:
+@pytest_asyncio.fixture(params=SAVER_KINDS)
+async def lg_saver(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """Each of our savers as a LangGraph checkpointer. Async savers serve LangGraph's sync
+    calls from other threads while this test's event loop runs."""
+    kind: str = request.param
+    schema = None
+    if kind in PG_KINDS:
+        require_postgres()
+        schema = f"cp_test_{uuid.uuid4().hex[:12]}"
+    saver = await open_saver(kind, tmp_path, schema)
+    try:
         yield LangGraphSaver(saver)
+    finally:
+        await close_saver(kind, saver)
+        if schema is not None:
+            drop_schema(schema)
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_scenario_matches_langgraph_in_memory_saver(scenario: str, lg_saver: Any) -> None:
+async def test_scenario_matches_langgraph_in_memory_saver(scenario: str, lg_saver: Any) -> None:
     run = SCENARIOS[scenario]
-    assert run(lg_saver) == run(ReferenceSaver())
+    ours = await asyncio.to_thread(run, lg_saver)
+    assert ours == run(ReferenceSaver())
 
 
-def test_async_invoke_matches_reference(lg_saver: Any) -> None:
+async def test_async_invoke_matches_reference(lg_saver: Any) -> None:
     async def drive(saver: Any) -> list[Any]:
         graph = chat_graph(ChatFew, 7).compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "async"}}
@@ -45,15 +68,15 @@ def test_async_invoke_matches_reference(lg_saver: Any) -> None:
             async for h in graph.aget_state_history(config)
         ]
 
-    assert asyncio.run(drive(lg_saver)) == asyncio.run(drive(ReferenceSaver()))
+    assert await drive(lg_saver) == await drive(ReferenceSaver())
 
 
-def test_conformance_suite_passes_every_capability(lg_saver: Any) -> None:
+async def test_conformance_suite_passes_every_capability(lg_saver: Any) -> None:
     @checkpointer_test(name="checkpointer")
     async def factory() -> Any:
         yield lg_saver
 
-    report = asyncio.run(validate(factory))
+    report = await validate(factory)
     failures = {
         cap: [str(f)[:300] for f in (result.failures or [])]
         for cap, result in report.results.items()
