@@ -57,7 +57,7 @@ class SqliteSaver(SyncSqlSaver):
     @classmethod
     @contextmanager
     def from_conn_string(
-        cls, conn_string: str | os.PathLike[str], *, setup: bool = False, **kwargs: Any
+        cls, conn_string: str | os.PathLike[str], *, setup: bool = True, **kwargs: Any
     ) -> Iterator[SqliteSaver]:
         """A saver on a path or `sqlite:///path` URL, closed on exit; `setup=True` also
         creates or upgrades the schema."""
@@ -100,7 +100,7 @@ class AsyncSqliteSaver(AsyncSqlSaver):
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, conn_string: str | os.PathLike[str], *, setup: bool = False, **kwargs: Any
+        cls, conn_string: str | os.PathLike[str], *, setup: bool = True, **kwargs: Any
     ) -> AsyncIterator[AsyncSqliteSaver]:
         saver = cls(_path(conn_string), **kwargs)
         try:
