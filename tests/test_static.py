@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+CODE = [d for d in ("checkpointer", "tests", "benchmarks") if (ROOT / d).is_dir()]
 
 
 def _tool(name: str) -> list[str]:
@@ -20,7 +21,7 @@ def _tool(name: str) -> list[str]:
 
 def test_ruff_lint() -> None:
     result = subprocess.run(
-        [*_tool("ruff"), "check", "checkpointer", "tests", "benchmarks"],
+        [*_tool("ruff"), "check", *CODE],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -30,7 +31,7 @@ def test_ruff_lint() -> None:
 
 def test_ruff_format() -> None:
     result = subprocess.run(
-        [*_tool("ruff"), "format", "--check", "checkpointer", "tests", "benchmarks"],
+        [*_tool("ruff"), "format", "--check", *CODE],
         cwd=ROOT,
         capture_output=True,
         text=True,
