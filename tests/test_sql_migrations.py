@@ -86,7 +86,7 @@ def _not_version_table(obj: Any, name: str | None, type_: str, reflected: bool, 
 
 
 def test_sqlite_unsetup_database_raises(tmp_path: Path) -> None:
-    with SqliteSaver.from_conn_string(tmp_path / "x.db") as saver:
+    with SqliteSaver.from_conn_string(tmp_path / "x.db", setup=False) as saver:
         with pytest.raises(SchemaVersionError, match="checkpointer migrate --url URL"):
             saver.get_tuple(make_config("t"))
         saver.setup()
@@ -94,7 +94,7 @@ def test_sqlite_unsetup_database_raises(tmp_path: Path) -> None:
 
 
 async def test_async_sqlite_unsetup_database_raises(tmp_path: Path) -> None:
-    async with AsyncSqliteSaver.from_conn_string(tmp_path / "x.db") as saver:
+    async with AsyncSqliteSaver.from_conn_string(tmp_path / "x.db", setup=False) as saver:
         with pytest.raises(SchemaVersionError):
             await saver.aget_tuple(make_config("t"))
         await saver.setup()
@@ -118,7 +118,7 @@ def test_sqlite_newer_schema_raises(tmp_path: Path) -> None:
         pass
     with sqlite3.connect(path) as conn:
         conn.execute(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")
-    with SqliteSaver.from_conn_string(path) as saver:
+    with SqliteSaver.from_conn_string(path, setup=False) as saver:
         with pytest.raises(SchemaVersionError, match="newer"):
             saver.get_tuple(make_config("t"))
         with pytest.raises(SchemaVersionError, match="newer"):
