@@ -1,0 +1,82 @@
+"""The `checkpointer` command group: registers every subcommand and turns any error that
+escapes one into a single `error: ...` line on stderr with a non-zero exit code."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from checkpointer.cli.common import CliError, describe_error
+from checkpointer.cli.manage_cmds import copy, delete, delete_runs, fork, prune
+from checkpointer.cli.read_cmds import diff, history, show, stats, threads
+from checkpointer.cli.setup_cmds import demo, migrate
+from checkpointer.cli.transfer_cmds import export_cmd, import_cmd, import_langgraph
+
+TRACEBACK_ENV = "CHECKPOINTER_TRACEBACK"
+
+
+class CheckpointerGroup(click.Group):
+    """A click group whose commands never end in a traceback (unless asked for), listed in
+    the order a user meets them rather than alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt as exc:
+            raise click.Abort() from exc
+        except BrokenPipeError:
+            # The reader went away (`... | head`): stop quietly, like other Unix tools.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise click.exceptions.Exit(1) from None
+        except Exception as exc:
+            if (ctx.obj or {}).get("traceback") or os.environ.get(TRACEBACK_ENV):
+                raise
+            raise CliError(describe_error(exc)) from exc
+
+
+@click.group(cls=CheckpointerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="checkpointer")
+@click.option(
+    "--traceback",
+    is_flag=True,
+    help=f"Show the full traceback of an unexpected error (or set {TRACEBACK_ENV}=1).",
+)
+@click.pass_context
+def main(ctx: click.Context, traceback: bool) -> None:
+    """Checkpoint persistence for superstep graph runtimes: see, compare, fork and manage
+    threads.
+
+    Every command takes --url (a SQLite path or sqlite:///path, or postgresql://...; or
+    set CHECKPOINTER_URL), --schema for PostgreSQL, and --json for scripts where it prints
+    data.
+    """
+    ctx.obj = {"traceback": traceback}
+
+
+for command in (
+    threads,
+    history,
+    show,
+    diff,
+    stats,
+    fork,
+    copy,
+    delete,
+    delete_runs,
+    prune,
+    export_cmd,
+    import_cmd,
+    import_langgraph,
+    migrate,
+    demo,
+):
+    main.add_command(command)

@@ -1,0 +1,675 @@
+"""Read-only inspection queries for the time-travel tools, as sans-I/O plans.
+
+Same model as `core`: each function is a plan that yields `Stmt`s and receives rows, so one
+text serves SQLite and PostgreSQL through the executors in `sync_exec` / `async_exec`.
+Nothing here deserializes a value: plans return raw `(type, bytes)` pairs and the caller
+decides how to load them (the tools load leniently, so one unloadable value never hides a
+whole checkpoint). Only the few SQL fragments that differ between the two databases (byte
+lengths, JSON fields, list aggregates) are spelled per dialect, in `_Sql`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from checkpointer.channels.markers import DeltaSnapshot
+from checkpointer.savers.sql.core import Dialect, Plan, Row, Stmt, delta_history_stmts, single
+from checkpointer.serde import default_serializer
+from checkpointer.types import INTERRUPT, RunnableConfig
+
+ThreadSort = Literal["updated", "count", "bytes", "id"]
+THREAD_SORTS: tuple[str, ...] = ("updated", "count", "bytes", "id")
+
+
+def _snapshot_prefix() -> bytes:
+    """The bytes every stored `DeltaSnapshot` starts with (its msgpack extension marker),
+    so SQL can tell snapshots from other values without loading them."""
+    serde = default_serializer()
+    a = serde.dumps_typed(DeltaSnapshot(None))[1]
+    b = serde.dumps_typed(DeltaSnapshot([1]))[1]
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+SNAPSHOT_PREFIX = _snapshot_prefix()
+
+
+class _Sql:
+    """The fragments that differ between SQLite and PostgreSQL for these queries."""
+
+    def __init__(self, d: Dialect) -> None:
+        self.d = d
+        self.pg = d.name == "postgresql"
+
+    def size(self, column: str, *, json_column: bool = False) -> str:
+        """Stored payload bytes of a column (UTF-8 bytes for JSON/text)."""
+        if self.pg:
+            return f"octet_length({column}::text)" if json_column else f"octet_length({column})"
+        return f"length(CAST({column} AS BLOB))"
+
+    def record_size(self, alias: str = "") -> str:
+        prefix = f"{alias}." if alias else ""
+        return (
+            f"({self.size(prefix + 'checkpoint', json_column=True)} + "
+            f"{self.size(prefix + 'metadata', json_column=True)})"
+        )
+
+    def field(self, column: str, key: str) -> str:
+        """A top-level JSON field as SQL text/number (`key` is a constant of ours)."""
+        if self.pg:
+            return f"({column} ->> '{key}')"
+        return f"json_extract({column}, '$.{key}')"
+
+    def distinct_list(self, column: str) -> str:
+        if self.pg:
+            return f"array_agg(DISTINCT {column})"
+        return f"json_group_array(DISTINCT {column})"
+
+    def list_value(self, value: Any) -> list[Any]:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return list(json.loads(value))
+        return list(value)
+
+    def is_snapshot(self, column: str) -> str:
+        prefix = f"substr({column}, 1, {len(SNAPSHOT_PREFIX)})"
+        return f"(type = 'msgpack' AND {prefix} = {self.d.p('snap')})"
+
+    def where_thread(self, thread_id: str | None, params: dict[str, Any]) -> str:
+        if thread_id is None:
+            return ""
+        params["thread_id"] = thread_id
+        return f" WHERE thread_id = {self.d.p('thread_id')}"
+
+
+def _int(value: Any) -> int:
+    """SUM() comes back as Decimal on PostgreSQL and None over no rows."""
+    return int(value or 0)
+
+
+def _opt_int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def json_doc(value: Any) -> dict[str, Any]:
+    """A JSON column as a dict: jsonb arrives parsed (psycopg), SQLite gives text."""
+    if value is None:
+        return {}
+    if isinstance(value, str | bytes):
+        parsed = json.loads(value)
+        return parsed if isinstance(parsed, dict) else {}
+    return dict(value)
+
+
+# --------------------------------------------------------------------------- threads
+@dataclass(frozen=True, slots=True)
+class ThreadSummary:
+    """One line of `checkpointer threads`."""
+
+    thread_id: str
+    namespaces: list[str]
+    checkpoints: int
+    last_checkpoint_id: str
+    last_step: int | None
+    last_updated: str | None
+    bytes: int
+
+
+def thread_summaries_plan(
+    d: Dialect, sort: str = "updated", limit: int | None = None
+) -> Plan[tuple[int, list[ThreadSummary]]]:
+    """(number of threads, the summaries sorted and limited) in two statements.
+
+    `bytes` is the stored payload of the thread: checkpoint records and metadata, channel
+    values and pending writes (not indexes or page overhead). The last step and update come
+    from the newest checkpoint of the root namespace (of any namespace if it has none).
+    """
+    if sort not in THREAD_SORTS:
+        raise ValueError(f"unknown sort {sort!r}; expected one of {', '.join(THREAD_SORTS)}")
+    q = _Sql(d)
+    total_rows = yield Stmt(f"SELECT COUNT(DISTINCT thread_id) FROM {d.checkpoints}", (), True)
+    order = {
+        "updated": "(q.last_ts IS NULL), q.last_ts DESC, q.thread_id",
+        "count": "q.n DESC, q.thread_id",
+        "bytes": "q.bytes DESC, q.thread_id",
+        "id": "q.thread_id",
+    }[sort]
+    params: dict[str, Any] = {}
+    head = (
+        f"FROM {d.checkpoints} h WHERE h.thread_id = s.thread_id AND h.checkpoint_id = s.last_id "
+        "ORDER BY h.checkpoint_ns LIMIT 1"
+    )
+    sql = (
+        "WITH c AS (SELECT thread_id, COUNT(*) AS n, "
+        "COALESCE(MAX(CASE WHEN checkpoint_ns = '' THEN checkpoint_id END), "
+        f"MAX(checkpoint_id)) AS last_id, SUM({q.record_size()}) AS rec_bytes, "
+        f"{q.distinct_list('checkpoint_ns')} AS nss FROM {d.checkpoints} GROUP BY thread_id), "
+        f"b AS (SELECT thread_id, SUM({q.size('blob')}) AS bytes FROM {d.blobs} "
+        "GROUP BY thread_id), "
+        f"w AS (SELECT thread_id, SUM({q.size('blob')}) AS bytes FROM {d.writes} "
+        "GROUP BY thread_id), "
+        "s AS (SELECT c.thread_id, c.n, c.last_id, c.nss, "
+        "c.rec_bytes + COALESCE(b.bytes, 0) + COALESCE(w.bytes, 0) AS bytes FROM c "
+        "LEFT JOIN b ON b.thread_id = c.thread_id LEFT JOIN w ON w.thread_id = c.thread_id) "
+        "SELECT q.thread_id, q.nss, q.n, q.last_id, q.last_step, q.last_ts, q.bytes FROM ("
+        "SELECT s.thread_id, s.nss, s.n, s.last_id, s.bytes, "
+        f"(SELECT {q.field('h.metadata', 'step')} {head}) AS last_step, "
+        f"(SELECT {q.field('h.checkpoint', 'ts')} {head}) AS last_ts FROM s) q "
+        f"ORDER BY {order}"
+    )
+    if limit is not None:
+        sql += f" LIMIT {d.p('limit')}"
+        params["limit"] = max(int(limit), 0)
+    rows = yield Stmt(sql, params, fetch=True)
+    summaries = [
+        ThreadSummary(
+            thread_id=str(thread_id),
+            namespaces=sorted(str(ns) for ns in q.list_value(nss)),
+            checkpoints=_int(n),
+            last_checkpoint_id=str(last_id),
+            last_step=_opt_int(last_step),
+            last_updated=None if last_ts is None else str(last_ts),
+            bytes=_int(size),
+        )
+        for thread_id, nss, n, last_id, last_step, last_ts, size in rows
+    ]
+    return _int(total_rows[0][0]) if total_rows else 0, summaries
+
+
+def existing_threads_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[set[str]]:
+    """Which of `thread_ids` have at least one checkpoint."""
+    if not thread_ids:
+        return set()
+    rows = yield Stmt(
+        f"SELECT DISTINCT thread_id FROM {d.checkpoints} WHERE {d.in_list('thread_id', 'ids')}",
+        {"ids": d.list_param([str(t) for t in thread_ids])},
+        fetch=True,
+    )
+    return {str(r[0]) for r in rows}
+
+
+def all_thread_ids_plan(d: Dialect) -> Plan[list[str]]:
+    rows = yield Stmt(
+        f"SELECT DISTINCT thread_id FROM {d.checkpoints} ORDER BY thread_id", (), fetch=True
+    )
+    return [str(r[0]) for r in rows]
+
+
+def threads_of_runs_plan(d: Dialect, run_ids: Sequence[str]) -> Plan[dict[str, list[str]]]:
+    """run id -> the threads holding checkpoints it created (runs without any left out)."""
+    rows = yield Stmt(
+        f"SELECT DISTINCT run_id, thread_id FROM {d.checkpoints} "
+        f"WHERE {d.in_list('run_id', 'runs')} ORDER BY run_id, thread_id",
+        {"runs": d.list_param([str(r) for r in run_ids])},
+        fetch=True,
+    )
+    out: dict[str, list[str]] = {}
+    for run_id, thread_id in rows:
+        out.setdefault(str(run_id), []).append(str(thread_id))
+    return out
+
+
+def resolve_checkpoint_plan(
+    d: Dialect, thread_id: str, ns: str, ref: str | None
+) -> Plan[list[str]]:
+    """Checkpoint ids of (thread, ns) that `ref` names: the head when `ref` is None, else an
+    exact id, else every id that starts or ends with `ref` (so a short, unique prefix or
+    suffix works). The caller decides what zero or several matches mean."""
+    params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    base = (
+        f"SELECT checkpoint_id FROM {d.checkpoints} WHERE thread_id = {d.p('thread_id')} "
+        f"AND checkpoint_ns = {d.p('checkpoint_ns')}"
+    )
+    if ref is None:
+        rows = yield Stmt(base + " ORDER BY checkpoint_id DESC LIMIT 1", params, fetch=True)
+        return [str(r[0]) for r in rows]
+    params["ref"] = ref
+    rows = yield Stmt(base + f" AND checkpoint_id = {d.p('ref')}", params, fetch=True)
+    if rows:
+        return [str(rows[0][0])]
+    n = len(ref)  # an int of ours: safe as a literal, and typed as SQL integer
+    rows = yield Stmt(
+        base + f" AND (substr(checkpoint_id, 1, {n}) = {d.p('ref')} OR "
+        f"substr(checkpoint_id, length(checkpoint_id) - {n - 1}) = {d.p('ref')}) "
+        "ORDER BY checkpoint_id LIMIT 10",
+        params,
+        fetch=True,
+    )
+    return [str(r[0]) for r in rows]
+
+
+# --------------------------------------------------------------------------- skeleton
+@dataclass(frozen=True, slots=True)
+class WriteInfo:
+    """A pending write without its value (except `__interrupt__` ones, which are shown)."""
+
+    task_id: str
+    task_path: str
+    idx: int
+    channel: str
+    raw: tuple[str, bytes] | None = None
+
+
+@dataclass(slots=True)
+class SkeletonNode:
+    """One checkpoint's shape: links, record (versions, ts, updated channels), metadata and
+    the channels of its pending writes. No channel value is read."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    record: dict[str, Any]
+    metadata: dict[str, Any]
+    writes: list[WriteInfo] = field(default_factory=list)
+
+
+def skeleton_plan(d: Dialect, thread_id: str, ns: str) -> Plan[dict[str, SkeletonNode]]:
+    """Every checkpoint of (thread, ns) by id, oldest first, with its writes' channels."""
+    params = {"thread_id": thread_id, "checkpoint_ns": ns}
+    where = f"WHERE thread_id = {d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')}"
+    rows = yield Stmt(
+        f"SELECT checkpoint_id, parent_checkpoint_id, checkpoint, metadata FROM {d.checkpoints} "
+        f"{where} ORDER BY checkpoint_id",
+        params,
+        fetch=True,
+    )
+    nodes = {
+        str(cid): SkeletonNode(
+            str(cid), None if pid is None else str(pid), json_doc(rec), json_doc(meta)
+        )
+        for cid, pid, rec, meta in rows
+    }
+    write_rows = yield Stmt(
+        f"SELECT checkpoint_id, {d.task_id_text('task_id')}, task_path, idx, channel, "
+        f"CASE WHEN channel = {d.p('interrupt')} THEN type END, "
+        f"CASE WHEN channel = {d.p('interrupt')} THEN blob END FROM {d.writes} {where} "
+        "ORDER BY checkpoint_id, task_path, 2, idx",
+        {**params, "interrupt": INTERRUPT},
+        fetch=True,
+    )
+    for cid, task_id, task_path, idx, channel, type_, blob in write_rows:
+        node = nodes.get(str(cid))
+        if node is not None:
+            raw = None if type_ is None else (str(type_), bytes(blob or b""))
+            node.writes.append(
+                WriteInfo(str(task_id), str(task_path or ""), int(idx), str(channel), raw)
+            )
+    return nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Ancestor:
+    depth: int
+    checkpoint_id: str
+    parent_id: str | None
+    step: int | None
+
+
+def ancestors_plan(
+    d: Dialect, thread_id: str, ns: str, checkpoint_id: str, max_depth: int
+) -> Plan[list[Ancestor]]:
+    """The checkpoint (depth 0) and its ancestors up to `max_depth`, nearest first, by
+    following parent pointers (never id order)."""
+    q = _Sql(d)
+    params = {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_id": checkpoint_id,
+        "max_depth": max_depth,
+    }
+    rows = yield Stmt(
+        "WITH RECURSIVE walk(checkpoint_id, parent_id, step, depth) AS ("
+        f"SELECT checkpoint_id, parent_checkpoint_id, {q.field('metadata', 'step')}, 0 "
+        f"FROM {d.checkpoints} WHERE thread_id = {d.p('thread_id')} "
+        f"AND checkpoint_ns = {d.p('checkpoint_ns')} AND checkpoint_id = {d.p('checkpoint_id')} "
+        "UNION ALL SELECT c.checkpoint_id, c.parent_checkpoint_id, "
+        f"{q.field('c.metadata', 'step')}, w.depth + 1 FROM walk w JOIN {d.checkpoints} c "
+        f"ON c.thread_id = {d.p('thread_id')} AND c.checkpoint_ns = {d.p('checkpoint_ns')} "
+        f"AND c.checkpoint_id = w.parent_id WHERE w.depth < {d.p('max_depth')}) "
+        "SELECT depth, checkpoint_id, parent_id, step FROM walk ORDER BY depth",
+        params,
+        fetch=True,
+    )
+    return [
+        Ancestor(int(depth), str(cid), None if pid is None else str(pid), _opt_int(step))
+        for depth, cid, pid, step in rows
+    ]
+
+
+# --------------------------------------------------------------------------- raw values
+@dataclass(frozen=True, slots=True)
+class RawWrite:
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    idx: int
+    channel: str
+    type: str
+    blob: bytes
+
+
+@dataclass(slots=True)
+class RawTuple:
+    """A checkpoint with its values and pending writes still serialized."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    record: dict[str, Any]
+    metadata: dict[str, Any]
+    blobs: dict[str, tuple[str, bytes]]
+    writes: list[RawWrite]
+
+
+def raw_tuple_plan(
+    d: Dialect, thread_id: str, ns: str, checkpoint_id: str
+) -> Plan[RawTuple | None]:
+    """One checkpoint, the stored value of each channel at its version, and its writes."""
+    params = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+    key = (
+        f"thread_id = {d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')} "
+        f"AND checkpoint_id = {d.p('checkpoint_id')}"
+    )
+    rows = yield Stmt(
+        f"SELECT parent_checkpoint_id, checkpoint, metadata FROM {d.checkpoints} WHERE {key}",
+        params,
+        fetch=True,
+    )
+    if not rows:
+        return None
+    parent_id, record, metadata = rows[0]
+    blob_rows = yield Stmt(
+        f"SELECT v.key, bl.type, bl.blob FROM {d.checkpoints} c "
+        f"{d.versions_join('c.checkpoint', 'v')} JOIN {d.blobs} bl "
+        "ON bl.thread_id = c.thread_id AND bl.checkpoint_ns = c.checkpoint_ns "
+        f"AND bl.channel = v.key AND bl.version = {d.versions_value('v')} "
+        f"WHERE c.thread_id = {d.p('thread_id')} AND c.checkpoint_ns = {d.p('checkpoint_ns')} "
+        f"AND c.checkpoint_id = {d.p('checkpoint_id')}",
+        params,
+        fetch=True,
+    )
+    write_rows = yield Stmt(
+        f"SELECT {d.task_id_text('task_id')}, task_path, idx, channel, type, blob "
+        f"FROM {d.writes} WHERE {key} ORDER BY task_path, 1, idx",
+        params,
+        fetch=True,
+    )
+    return RawTuple(
+        thread_id=thread_id,
+        checkpoint_ns=ns,
+        checkpoint_id=checkpoint_id,
+        parent_id=None if parent_id is None else str(parent_id),
+        record=json_doc(record),
+        metadata=json_doc(metadata),
+        blobs={str(ch): (str(t), bytes(b)) for ch, t, b in blob_rows},
+        writes=[
+            RawWrite(checkpoint_id, str(tid), str(path or ""), int(idx), str(ch), str(t), bytes(b))
+            for tid, path, idx, ch, t, b in write_rows
+        ],
+    )
+
+
+def raw_writes_plan(
+    d: Dialect,
+    thread_id: str,
+    ns: str,
+    checkpoint_ids: Sequence[str],
+    channels: Sequence[str] | None = None,
+) -> Plan[list[RawWrite]]:
+    """Pending writes of some checkpoints (optionally only some channels), in
+    `(checkpoint_id, task_path, task_id, idx)` order; callers reorder by path."""
+    if not checkpoint_ids or (channels is not None and not channels):
+        return []
+    params: dict[str, Any] = {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "ids": d.list_param(list(checkpoint_ids)),
+    }
+    sql = (
+        f"SELECT checkpoint_id, {d.task_id_text('task_id')}, task_path, idx, channel, type, "
+        f"blob FROM {d.writes} WHERE thread_id = {d.p('thread_id')} "
+        f"AND checkpoint_ns = {d.p('checkpoint_ns')} AND {d.in_list('checkpoint_id', 'ids')}"
+    )
+    if channels is not None:
+        params["channels"] = d.list_param(list(channels))
+        sql += f" AND {d.in_list('channel', 'channels')}"
+    rows = yield Stmt(sql + " ORDER BY checkpoint_id, task_path, 2, idx", params, fetch=True)
+    return [
+        RawWrite(str(cid), str(tid), str(path or ""), int(idx), str(ch), str(t), bytes(b))
+        for cid, tid, path, idx, ch, t, b in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class RawHistoryRow:
+    """One row of the delta-history walk: a seed (kind 0) or a write (kind 1) found
+    `depth` parents above the target."""
+
+    kind: int
+    depth: int
+    channel: str
+    task_path: str
+    task_id: str
+    idx: int
+    type: str
+    blob: bytes
+
+
+def raw_delta_history_plan(
+    d: Dialect, config: RunnableConfig, channels: Sequence[str]
+) -> Plan[list[RawHistoryRow]]:
+    """The savers' own one-statement ancestor walk, rows left serialized."""
+    out: list[RawHistoryRow] = []
+    for _chunk, stmt in delta_history_stmts(d, config, channels):
+        rows: list[Row] = yield from single(stmt)
+        out.extend(
+            RawHistoryRow(
+                int(kind),
+                int(depth),
+                str(channel),
+                str(path or ""),
+                "" if task_id is None else str(task_id),
+                -1 if idx is None else int(idx),
+                str(type_),
+                bytes(blob),
+            )
+            for kind, depth, channel, path, task_id, idx, type_, blob in rows
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- stats
+@dataclass(frozen=True, slots=True)
+class TableStats:
+    table: str
+    rows: int
+    bytes: int
+    disk_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadBytes:
+    thread_id: str
+    checkpoints: int
+    checkpoint_bytes: int
+    blob_bytes: int
+    write_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.checkpoint_bytes + self.blob_bytes + self.write_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelBytes:
+    """What one channel stores: values (blobs, of which snapshots) and pending writes."""
+
+    channel: str
+    blobs: int
+    blob_bytes: int
+    snapshots: int
+    snapshot_bytes: int
+    writes: int
+    write_bytes: int
+
+    @property
+    def is_delta(self) -> bool:
+        """A channel that stored `DeltaSnapshot`s is a delta channel."""
+        return self.snapshots > 0
+
+    @property
+    def total(self) -> int:
+        return self.blob_bytes + self.write_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    tables: list[TableStats]
+    threads: list[ThreadBytes]
+    thread_count: int
+    channels: list[ChannelBytes]
+    database_bytes: int | None = None
+    free_bytes: int | None = None
+
+
+def stats_plan(d: Dialect, thread_id: str | None = None, top: int = 10) -> Plan[Stats]:
+    """Bytes per table, per thread (the `top` largest), per channel; database size on disk
+    when looking at the whole database."""
+    q = _Sql(d)
+    params: dict[str, Any] = {}
+    where = q.where_thread(thread_id, params)
+    disk: dict[str, int] = {}
+    if thread_id is None and not q.pg:
+        has_dbstat = yield Stmt(
+            "SELECT 1 FROM pragma_module_list WHERE name = 'dbstat'", (), fetch=True
+        )
+        if has_dbstat:
+            # Pages of each table and of its indexes.
+            disk_rows = yield Stmt(
+                "SELECT m.tbl_name, SUM(s.pgsize) FROM dbstat s JOIN sqlite_master m "
+                "ON m.name = s.name GROUP BY m.tbl_name",
+                (),
+                fetch=True,
+            )
+            disk = {str(name): _int(size) for name, size in disk_rows}
+    tables: list[TableStats] = []
+    for name, table, size in (
+        ("checkpoints", d.checkpoints, q.record_size()),
+        ("blobs", d.blobs, q.size("blob")),
+        ("writes", d.writes, q.size("blob")),
+    ):
+        rows = yield Stmt(
+            f"SELECT COUNT(*), COALESCE(SUM({size}), 0) FROM {table}{where}", params, True
+        )
+        on_disk = disk.get(table)
+        if q.pg and thread_id is None:
+            disk_rows = yield Stmt(
+                "SELECT pg_total_relation_size(to_regclass(%(t)s))", {"t": table}, fetch=True
+            )
+            on_disk = _opt_int(disk_rows[0][0]) if disk_rows else None
+        tables.append(TableStats(name, _int(rows[0][0]), _int(rows[0][1]), on_disk))
+
+    thread_rows = yield Stmt(
+        "SELECT thread_id, SUM(n), SUM(cb), SUM(bb), SUM(wb) FROM ("
+        f"SELECT thread_id, 1 AS n, {q.record_size()} AS cb, 0 AS bb, 0 AS wb "
+        f"FROM {d.checkpoints}{where} UNION ALL "
+        f"SELECT thread_id, 0, 0, {q.size('blob')}, 0 FROM {d.blobs}{where} UNION ALL "
+        f"SELECT thread_id, 0, 0, 0, {q.size('blob')} FROM {d.writes}{where}) x "
+        "GROUP BY thread_id ORDER BY SUM(cb) + SUM(bb) + SUM(wb) DESC, thread_id",
+        params,
+        fetch=True,
+    )
+    threads = [
+        ThreadBytes(str(t), _int(n), _int(cb), _int(bb), _int(wb))
+        for t, n, cb, bb, wb in thread_rows
+    ]
+
+    channel_params = {**params, "snap": SNAPSHOT_PREFIX}
+    channel_rows = yield Stmt(
+        "SELECT channel, SUM(bn), SUM(bb), SUM(sn), SUM(sb), SUM(wn), SUM(wb) FROM ("
+        f"SELECT channel, 1 AS bn, {q.size('blob')} AS bb, "
+        f"CASE WHEN {q.is_snapshot('blob')} THEN 1 ELSE 0 END AS sn, "
+        f"CASE WHEN {q.is_snapshot('blob')} THEN {q.size('blob')} ELSE 0 END AS sb, "
+        f"0 AS wn, 0 AS wb FROM {d.blobs}{where} UNION ALL "
+        f"SELECT channel, 0, 0, 0, 0, 1, {q.size('blob')} FROM {d.writes}{where}) x "
+        "GROUP BY channel ORDER BY SUM(bb) + SUM(wb) DESC, channel",
+        channel_params,
+        fetch=True,
+    )
+    channels = [
+        ChannelBytes(str(ch), _int(bn), _int(bb), _int(sn), _int(sb), _int(wn), _int(wb))
+        for ch, bn, bb, sn, sb, wn, wb in channel_rows
+    ]
+
+    database_bytes = free_bytes = None
+    if thread_id is None and not q.pg:
+        size_rows = yield Stmt(
+            "SELECT p.page_count * s.page_size, f.freelist_count * s.page_size "
+            "FROM pragma_page_count() p, pragma_page_size() s, pragma_freelist_count() f",
+            (),
+            fetch=True,
+        )
+        if size_rows:
+            database_bytes, free_bytes = _int(size_rows[0][0]), _int(size_rows[0][1])
+    elif thread_id is None:
+        database_bytes = sum(t.disk_bytes or 0 for t in tables)
+    return Stats(
+        tables=tables,
+        threads=threads[: max(top, 0)],
+        thread_count=len(threads),
+        channels=channels,
+        database_bytes=database_bytes,
+        free_bytes=free_bytes,
+    )
+
+
+# --------------------------------------------------------------------------- footprint
+@dataclass(slots=True)
+class Footprint:
+    """What some threads hold, to report what an operation removed or would remove."""
+
+    checkpoints: dict[tuple[str, str, str], int | None] = field(default_factory=dict)
+    """(thread, ns, checkpoint id) -> step."""
+    bytes: dict[str, int] = field(default_factory=dict)
+    """thread -> payload bytes."""
+    writes: dict[str, int] = field(default_factory=dict)
+    blobs: dict[str, int] = field(default_factory=dict)
+
+    def total_bytes(self) -> int:
+        return sum(self.bytes.values())
+
+
+def footprint_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[Footprint]:
+    q = _Sql(d)
+    params = {"ids": d.list_param([str(t) for t in thread_ids])}
+    where = f"WHERE {d.in_list('thread_id', 'ids')}"
+    out = Footprint()
+    rows = yield Stmt(
+        f"SELECT thread_id, checkpoint_ns, checkpoint_id, {q.field('metadata', 'step')}, "
+        f"{q.record_size()} FROM {d.checkpoints} {where}",
+        params,
+        fetch=True,
+    )
+    for thread_id, ns, cid, step, size in rows:
+        out.checkpoints[(str(thread_id), str(ns), str(cid))] = _opt_int(step)
+        out.bytes[str(thread_id)] = out.bytes.get(str(thread_id), 0) + _int(size)
+    for table, counts in ((d.blobs, out.blobs), (d.writes, out.writes)):
+        rows = yield Stmt(
+            f"SELECT thread_id, COUNT(*), COALESCE(SUM({q.size('blob')}), 0) FROM {table} "
+            f"{where} GROUP BY thread_id",
+            params,
+            fetch=True,
+        )
+        for thread_id, n, size in rows:
+            counts[str(thread_id)] = _int(n)
+            out.bytes[str(thread_id)] = out.bytes.get(str(thread_id), 0) + _int(size)
+    return out

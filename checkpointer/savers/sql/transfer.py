@@ -1,0 +1,439 @@
+"""Raw row transfer for export, import and fork, as sans-I/O plans.
+
+Rows move exactly as stored: values stay `(type, bytes)` and are never deserialized, so a
+transfer is lossless whatever classes the values name, and needs no allowlist. Reads page by
+primary key (bounded memory on threads of any size); writes are `executemany` batches that
+the caller runs inside one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
+from checkpointer.ids import new_checkpoint_id
+from checkpointer.savers.sql import core
+from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json
+from checkpointer.savers.sql.inspect import ancestors_plan, json_doc
+from checkpointer.types import utc_now_iso
+
+MAX_PATH = 10_000_000
+"""Bound of the ancestor walk when copying a branch (guards against a parent loop)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    run_id: str | None
+    checkpoint: dict[str, Any]
+    """The stored record: the checkpoint minus its id and channel values."""
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRow:
+    thread_id: str
+    checkpoint_ns: str
+    channel: str
+    version: str
+    type: str
+    blob: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRow:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    task_path: str
+    channel: str
+    type: str
+    blob: bytes
+
+
+def record_text(record: dict[str, Any]) -> str:
+    """A checkpoint record as the savers store it (compact JSON, key order kept)."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------- reads
+def _pg(d: Dialect) -> bool:
+    return d.name == "postgresql"
+
+
+def _task_id_param(d: Dialect, name: str) -> str:
+    return f"CAST({d.p(name)} AS uuid)" if _pg(d) else d.p(name)
+
+
+def checkpoints_page_plan(
+    d: Dialect, thread_id: str, after: tuple[str, str] | None, size: int
+) -> Plan[list[CheckpointRow]]:
+    """Checkpoints of a thread in (namespace, id) order, `size` after `after`."""
+    params: dict[str, Any] = {"thread_id": thread_id, "size": size}
+    sql = (
+        "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, checkpoint, "
+        f"metadata FROM {d.checkpoints} WHERE thread_id = {d.p('thread_id')}"
+    )
+    if after is not None:
+        params["a_ns"], params["a_id"] = after
+        sql += f" AND (checkpoint_ns, checkpoint_id) > ({d.p('a_ns')}, {d.p('a_id')})"
+    rows = yield Stmt(
+        sql + f" ORDER BY checkpoint_ns, checkpoint_id LIMIT {d.p('size')}", params, fetch=True
+    )
+    return [
+        CheckpointRow(
+            thread_id,
+            str(ns),
+            str(cid),
+            None if pid is None else str(pid),
+            None if run_id is None else str(run_id),
+            json_doc(rec),
+            json_doc(meta),
+        )
+        for ns, cid, pid, run_id, rec, meta in rows
+    ]
+
+
+def blobs_page_plan(
+    d: Dialect, thread_id: str, after: tuple[str, str, str] | None, size: int
+) -> Plan[list[BlobRow]]:
+    """Channel values of a thread in primary-key order, `size` after `after`."""
+    params: dict[str, Any] = {"thread_id": thread_id, "size": size}
+    sql = (
+        f"SELECT checkpoint_ns, channel, version, type, blob FROM {d.blobs} "
+        f"WHERE thread_id = {d.p('thread_id')}"
+    )
+    if after is not None:
+        params["a_ns"], params["a_ch"], params["a_v"] = after
+        sql += (
+            f" AND (checkpoint_ns, channel, version) > ({d.p('a_ns')}, {d.p('a_ch')}, {d.p('a_v')})"
+        )
+    rows = yield Stmt(
+        sql + f" ORDER BY checkpoint_ns, channel, version LIMIT {d.p('size')}", params, True
+    )
+    return [
+        BlobRow(thread_id, str(ns), str(ch), str(v), str(t), bytes(b)) for ns, ch, v, t, b in rows
+    ]
+
+
+def writes_page_plan(
+    d: Dialect, thread_id: str, after: tuple[str, str, str, int] | None, size: int
+) -> Plan[list[WriteRow]]:
+    """Pending writes of a thread in primary-key order, `size` after `after`."""
+    params: dict[str, Any] = {"thread_id": thread_id, "size": size}
+    sql = (
+        f"SELECT checkpoint_ns, checkpoint_id, {d.task_id_text('task_id')}, idx, task_path, "
+        f"channel, type, blob FROM {d.writes} WHERE thread_id = {d.p('thread_id')}"
+    )
+    if after is not None:
+        params["a_ns"], params["a_id"], params["a_task"], params["a_idx"] = after
+        sql += (
+            " AND (checkpoint_ns, checkpoint_id, task_id, idx) > "
+            f"({d.p('a_ns')}, {d.p('a_id')}, {_task_id_param(d, 'a_task')}, {d.p('a_idx')})"
+        )
+    rows = yield Stmt(
+        sql + f" ORDER BY checkpoint_ns, checkpoint_id, task_id, idx LIMIT {d.p('size')}",
+        params,
+        fetch=True,
+    )
+    return [
+        WriteRow(
+            thread_id,
+            str(ns),
+            str(cid),
+            str(tid),
+            int(idx),
+            str(path or ""),
+            str(ch),
+            str(t),
+            bytes(b),
+        )
+        for ns, cid, tid, idx, path, ch, t, b in rows
+    ]
+
+
+# --------------------------------------------------------------------------- writes
+def insert_checkpoints_stmt(d: Dialect, rows: Sequence[CheckpointRow]) -> Stmt:
+    """Insert checkpoint rows as they are (a row already there is left alone)."""
+    params = []
+    for r in rows:
+        meta = dumps_json(r.metadata)
+        d.check_metadata(meta)
+        params.append(
+            {
+                "thread_id": r.thread_id,
+                "checkpoint_ns": r.checkpoint_ns,
+                "checkpoint_id": r.checkpoint_id,
+                "parent_id": r.parent_checkpoint_id,
+                "run_id": r.run_id,
+                "record": record_text(r.checkpoint),
+                "metadata": meta,
+            }
+        )
+    return Stmt(
+        f"INSERT INTO {d.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
+        "parent_checkpoint_id, run_id, checkpoint, metadata) VALUES ("
+        f"{d.p('thread_id')}, {d.p('checkpoint_ns')}, {d.p('checkpoint_id')}, "
+        f"{d.p('parent_id')}, {d.p('run_id')}, {d.json_param('record')}, "
+        f"{d.json_param('metadata')}) ON CONFLICT DO NOTHING",
+        params,
+        many=True,
+    )
+
+
+def insert_blobs_stmt(d: Dialect, rows: Sequence[BlobRow]) -> Stmt:
+    return Stmt(
+        f"INSERT INTO {d.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
+        f"VALUES ({d.p('thread_id')}, {d.p('checkpoint_ns')}, {d.p('channel')}, "
+        f"{d.p('version')}, {d.p('type')}, {d.p('blob')}) ON CONFLICT DO NOTHING",
+        [
+            {
+                "thread_id": r.thread_id,
+                "checkpoint_ns": r.checkpoint_ns,
+                "channel": r.channel,
+                "version": r.version,
+                "type": r.type,
+                "blob": r.blob,
+            }
+            for r in rows
+        ],
+        many=True,
+    )
+
+
+def insert_writes_stmt(d: Dialect, rows: Sequence[WriteRow]) -> Stmt:
+    """Insert writes in their original slots (`idx`) with their task paths."""
+    return Stmt(
+        f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+        f"task_path, channel, type, blob) VALUES ({d.p('thread_id')}, {d.p('checkpoint_ns')}, "
+        f"{d.p('checkpoint_id')}, {_task_id_param(d, 'task_id')}, {d.p('idx')}, "
+        f"{d.p('task_path')}, {d.p('channel')}, {d.p('type')}, {d.p('blob')}) "
+        "ON CONFLICT DO NOTHING",
+        [
+            {
+                "thread_id": r.thread_id,
+                "checkpoint_ns": r.checkpoint_ns,
+                "checkpoint_id": r.checkpoint_id,
+                "task_id": d.encode_task_id(r.task_id),
+                "idx": r.idx,
+                "task_path": r.task_path,
+                "channel": r.channel,
+                "type": r.type,
+                "blob": r.blob,
+            }
+            for r in rows
+        ],
+        many=True,
+    )
+
+
+def refresh_thread_summaries_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[None]:
+    """Bring per-thread summary rows in line with rows written here directly, when this
+    version's storage keeps such a table (`core.refresh_summaries_plan`); nothing otherwise.
+    Run it in the transaction that wrote the rows."""
+    refresh = getattr(core, "refresh_summaries_plan", None)
+    if refresh is not None and thread_ids:
+        yield from refresh(d, sorted(set(thread_ids)))
+
+
+def insert_rows_plan(
+    d: Dialect,
+    checkpoints: Sequence[CheckpointRow] = (),
+    blobs: Sequence[BlobRow] = (),
+    writes: Sequence[WriteRow] = (),
+) -> Plan[None]:
+    if checkpoints:
+        yield insert_checkpoints_stmt(d, checkpoints)
+    if blobs:
+        yield insert_blobs_stmt(d, blobs)
+    if writes:
+        yield insert_writes_stmt(d, writes)
+
+
+# --------------------------------------------------------------------------- fork
+@dataclass(frozen=True, slots=True)
+class ForkResult:
+    """What a fork made: the thread and head checkpoint to continue from."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    source_checkpoint_id: str
+    checkpoints: int
+    """Checkpoints written (1 for a fork in place, the copied branch otherwise)."""
+    pending_writes_copied: bool
+
+
+def _has_child_plan(d: Dialect, thread_id: str, ns: str, checkpoint_id: str) -> Plan[bool]:
+    rows = yield Stmt(
+        f"SELECT 1 FROM {d.checkpoints} WHERE thread_id = {d.p('t')} AND checkpoint_ns = "
+        f"{d.p('ns')} AND parent_checkpoint_id = {d.p('c')} LIMIT 1",
+        {"t": thread_id, "ns": ns, "c": checkpoint_id},
+        fetch=True,
+    )
+    return bool(rows)
+
+
+def fork_to_thread_plan(
+    d: Dialect, source: str, target: str, ns: str, checkpoint_id: str
+) -> Plan[ForkResult]:
+    """Copy the branch ending at `checkpoint_id` (it and every ancestor, with their values
+    and pending writes) into the new thread `target`, whose head it becomes.
+
+    The head keeps its own pending writes only when it has no child in `source`: then the
+    new thread resumes exactly where the source stood (finished tasks, interrupts). When it
+    has a child those writes made that child, so they stay behind and the next run of the
+    new thread runs the step after the head again. Ancestors keep all their writes: the
+    head's delta channels are rebuilt from them, back to the nearest snapshot.
+    """
+    taken = yield Stmt(
+        f"SELECT 1 FROM {d.checkpoints} WHERE thread_id = {d.p('t')} LIMIT 1",
+        {"t": target},
+        fetch=True,
+    )
+    if taken:
+        raise CheckpointerError(
+            f"thread {target!r} already exists; delete it first or fork to another thread"
+        )
+    path = yield from ancestors_plan(d, source, ns, checkpoint_id, MAX_PATH)
+    if not path:
+        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in thread {source!r}")
+    has_child = yield from _has_child_plan(d, source, ns, checkpoint_id)
+    ids = [a.checkpoint_id for a in path]
+    params: dict[str, Any] = {"src": source, "dst": target, "ns": ns}
+    scope = (
+        f"thread_id = {d.p('src')} AND checkpoint_ns = {d.p('ns')} "
+        f"AND {d.in_list('checkpoint_id', 'ids')}"
+    )
+    yield Stmt(
+        f"INSERT INTO {d.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
+        "parent_checkpoint_id, run_id, checkpoint, metadata) SELECT "
+        f"{d.p('dst')}, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, checkpoint, "
+        f"metadata FROM {d.checkpoints} WHERE {scope}",
+        {**params, "ids": d.list_param(ids)},
+    )
+    # The values the copied checkpoints point at: one primary-key lookup each.
+    keys = yield Stmt(
+        f"SELECT DISTINCT v.key, {d.versions_value('v')} FROM {d.checkpoints} c "
+        f"{d.versions_join('c.checkpoint', 'v')} WHERE c.thread_id = {d.p('dst')} "
+        f"AND c.checkpoint_ns = {d.p('ns')}",
+        params,
+        fetch=True,
+    )
+    if keys:
+        yield Stmt(
+            f"INSERT INTO {d.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
+            f"SELECT {d.p('dst')}, checkpoint_ns, channel, version, type, blob FROM {d.blobs} "
+            f"WHERE thread_id = {d.p('src')} AND checkpoint_ns = {d.p('ns')} "
+            f"AND channel = {d.p('ch')} AND version = {d.p('v')} ON CONFLICT DO NOTHING",
+            [{**params, "ch": str(ch), "v": str(v)} for ch, v in keys],
+            many=True,
+        )
+    write_ids = ids if not has_child else ids[1:]
+    if write_ids:
+        yield Stmt(
+            f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+            f"task_path, channel, type, blob) SELECT {d.p('dst')}, checkpoint_ns, "
+            f"checkpoint_id, task_id, idx, task_path, channel, type, blob FROM {d.writes} "
+            f"WHERE {scope}",
+            {**params, "ids": d.list_param(write_ids)},
+        )
+    yield from refresh_thread_summaries_plan(d, [target])
+    return ForkResult(target, ns, checkpoint_id, checkpoint_id, len(ids), not has_child)
+
+
+def fork_in_place_plan(
+    d: Dialect,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    *,
+    new_id: Callable[[str | None], str] | None = None,
+) -> Plan[ForkResult]:
+    """Add a copy of `checkpoint_id` as the new head of its thread: same parent, same
+    channel versions (so the same stored values and the same delta history, readable with
+    no reducer), `source: "fork"` and `forked_from` in its metadata, no run id, no pending
+    writes. The next run of the thread continues from it, running the step after the
+    forked checkpoint again; the old branch stays as it was."""
+    key = {"t": thread_id, "ns": ns, "c": checkpoint_id}
+    rows = yield Stmt(
+        f"SELECT parent_checkpoint_id, checkpoint, metadata FROM {d.checkpoints} WHERE "
+        f"thread_id = {d.p('t')} AND checkpoint_ns = {d.p('ns')} AND checkpoint_id = {d.p('c')}",
+        key,
+        fetch=True,
+    )
+    if not rows:
+        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in thread {thread_id!r}")
+    parent_id, record, metadata = rows[0]
+    latest = yield Stmt(
+        f"SELECT MAX(checkpoint_id) FROM {d.checkpoints} WHERE thread_id = {d.p('t')} "
+        f"AND checkpoint_ns = {d.p('ns')}",
+        key,
+        fetch=True,
+    )
+    fork_id = (new_id or newer_checkpoint_id)(latest[0][0] if latest else None)
+    rec = json_doc(record)
+    rec["ts"] = utc_now_iso()
+    meta = json_doc(metadata)
+    meta.pop("run_id", None)
+    meta.update(source="fork", forked_from=checkpoint_id)
+    row = CheckpointRow(
+        thread_id, ns, fork_id, None if parent_id is None else str(parent_id), None, rec, meta
+    )
+    yield insert_checkpoints_stmt(d, [row])
+    yield from refresh_thread_summaries_plan(d, [thread_id])
+    return ForkResult(thread_id, ns, fork_id, checkpoint_id, 1, False)
+
+
+_GREGORIAN_OFFSET = 0x01B21DD213814000
+"""100 ns intervals between 1582-10-15 (the UUID epoch) and 1970-01-01."""
+
+
+def _uuid6_now() -> str:
+    """An RFC 9562 version-6 UUID for now: the id scheme LangGraph's checkpoints use."""
+    ts = time.time_ns() // 100 + _GREGORIAN_OFFSET
+    value = ((ts >> 12) & ((1 << 48) - 1)) << 80
+    value |= 0x6 << 76
+    value |= (ts & 0xFFF) << 64
+    value |= 0b10 << 62
+    value |= secrets.randbits(62)
+    return str(uuid.UUID(int=value))
+
+
+def newer_checkpoint_id(latest: str | None) -> str:
+    """A checkpoint id that sorts after `latest`, so it becomes the thread's head.
+
+    Ours (UUIDv7) when it does; in a thread written by LangGraph (UUIDv6 ids, which sort
+    above v7 ones) a v6 id for now; and if a skewed clock made `latest` look like the
+    future, `latest` plus one in its random bits.
+    """
+    candidates = [new_checkpoint_id()]
+    try:
+        if latest is not None and uuid.UUID(latest).version == 6:
+            candidates.insert(0, _uuid6_now())
+    except ValueError:
+        pass
+    if latest is None:
+        return candidates[-1]
+    for candidate in candidates:
+        if candidate > latest:
+            return candidate
+    try:
+        bumped = str(uuid.UUID(int=uuid.UUID(latest).int + 1 + int.from_bytes(os.urandom(1))))
+    except ValueError:
+        bumped = latest + "-fork"
+    if bumped > latest:
+        return bumped
+    raise CheckpointerError(f"cannot make a checkpoint id that sorts after {latest!r}")
