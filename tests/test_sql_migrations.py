@@ -263,3 +263,108 @@ def test_pg_upgrade_from_oldest_revision_keeps_data(pg_url: str, pg_schema: str)
     migrate(pg_url, schema=pg_schema)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
         _assert_old_rows_read_back(saver.get_tuple(make_config("old-thread")))
+
+
+# ------------------------------------------------------------------ 0001 -> 0002
+def _write_threads_at_0001(execute: Any, placeholder: str, schema: str = "") -> None:
+    """More rows as revision 0001 lays them out: a two-checkpoint thread with a subgraph
+    namespace, timestamps in several ISO spellings (one unreadable), and a thread that
+    only has pending writes (they arrived before their checkpoint)."""
+    serde = default_serializer()
+    prefix = f'"{schema}".' if schema else ""
+    p = placeholder
+
+    def record(ts: str) -> str:
+        return json.dumps(
+            {"v": 4, "ts": ts, "channel_versions": {"state": "1"}, "versions_seen": {}}
+        )
+
+    rows = [
+        ("old-thread-2", "", "cp-a", None, "2024-02-01T10:00:00.5+01:00"),
+        ("old-thread-2", "", "cp-b", "cp-a", "2024-02-02T00:00:00Z"),
+        ("old-thread-2", "sub:1", "cp-z", None, "yesterday"),
+    ]
+    for thread_id, ns, checkpoint_id, parent, ts in rows:
+        execute(
+            f"INSERT INTO {prefix}checkpointer_checkpoints (thread_id, checkpoint_ns, "
+            "checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata) VALUES "
+            f"({p}, {p}, {p}, {p}, {p}, {p}, {p})",
+            (thread_id, ns, checkpoint_id, parent, None, record(ts), json.dumps({"step": 0})),
+        )
+    blob_type, blob = serde.dumps_typed("value" * 50)
+    for ns in ("", "sub:1"):
+        execute(
+            f"INSERT INTO {prefix}checkpointer_blobs (thread_id, checkpoint_ns, channel, "
+            f"version, type, blob) VALUES ({p}, {p}, {p}, {p}, {p}, {p})",
+            ("old-thread-2", ns, "state", "1", blob_type, blob),
+        )
+    write_type, write = serde.dumps_typed(["early"] * 10)
+    execute(
+        f"INSERT INTO {prefix}checkpointer_writes (thread_id, checkpoint_ns, checkpoint_id, "
+        f"task_id, idx, task_path, channel, type, blob) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, "
+        f"{p}, {p}, {p})",
+        ("only-writes", "", "cp-next", str(uuid.UUID(int=2)), 0, "", "state", write_type, write),
+    )
+
+
+def _assert_summaries_backfilled(saver: Any) -> None:
+    """Backfilled summaries equal recomputed ones, and say what the rows say."""
+    from datetime import UTC, datetime
+
+    backfilled = {s.thread_id: s for s in saver.list_threads(limit=None)}
+    assert set(backfilled) == {"old-thread", "old-thread-2", "only-writes"}
+    saver.refresh_thread_summaries()
+    recomputed = {s.thread_id: s for s in saver.list_threads(limit=None)}
+    for thread_id, summary in backfilled.items():
+        exact = recomputed[thread_id]
+        assert (summary.checkpoint_count, summary.bytes, summary.head_checkpoint_id) == (
+            exact.checkpoint_count,
+            exact.bytes,
+            exact.head_checkpoint_id,
+        )
+        assert summary.pinned == 0 and summary.ttl is None and summary.expires_at is None
+    old, two, writes_only = (backfilled[t] for t in ("old-thread", "old-thread-2", "only-writes"))
+    assert (old.checkpoint_count, old.head_checkpoint_id) == (1, "cp-1")
+    assert old.created_at == old.updated_at == datetime(2024, 1, 1, tzinfo=UTC)
+    assert (two.checkpoint_count, two.head_checkpoint_id) == (3, "cp-b")
+    assert two.created_at == datetime(2024, 2, 1, 9, 0, 0, 500000, tzinfo=UTC)
+    assert two.updated_at == datetime(2024, 2, 2, tzinfo=UTC)
+    assert two.bytes > 2 * len("value" * 50)
+    assert (writes_only.checkpoint_count, writes_only.head_checkpoint_id) == (0, None)
+    assert writes_only.bytes > 0
+    # The upgraded database keeps working: writes move the summary on.
+    tup = saver.get_tuple(make_config("old-thread-2"))
+    assert tup is not None and tup.checkpoint["channel_values"] == {"state": "value" * 50}
+    checkpoint = dict(tup.checkpoint, id="cp-c")
+    saver.put(tup.config, checkpoint, {"step": 1}, {})
+    [after] = saver.list_threads(thread_ids=["old-thread-2"])
+    assert (after.checkpoint_count, after.head_checkpoint_id) == (4, "cp-c")
+    assert after.updated_at > two.updated_at
+
+
+def test_sqlite_upgrade_to_0002_backfills_thread_summaries(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0001")):
+            conn.execute(statement)
+        _write_rows_at_first_revision(conn.execute, "?")
+        _write_threads_at_0001(conn.execute, "?")
+    migrate(f"sqlite:///{path}")
+    with SqliteSaver.from_conn_string(path, setup=False) as saver:
+        _assert_old_rows_read_back(saver.get_tuple(make_config("old-thread")))
+        _assert_summaries_backfilled(saver)
+
+
+def test_pg_upgrade_to_0002_backfills_thread_summaries(pg_url: str, pg_schema: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+        for statement in split_statements(
+            render_upgrade_sql("postgresql", pg_schema, None, "0001")
+        ):
+            conn.execute(statement)
+        _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
+        _write_threads_at_0001(conn.execute, "%s", pg_schema)
+    migrate(pg_url, schema=pg_schema)
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
+        _assert_old_rows_read_back(saver.get_tuple(make_config("old-thread")))
+        _assert_summaries_backfilled(saver)

@@ -10,12 +10,24 @@ A backend overrides the sync methods, the async ones, or both. What it does not 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from checkpointer.channels import BaseChannel
 from checkpointer.errors import ConfigError
 from checkpointer.ids import next_channel_version
+from checkpointer.lifecycle import (
+    THREAD_SORTS,
+    KeepLast,
+    RetentionPolicy,
+    RetentionReport,
+    SpaceReport,
+    ThreadSort,
+    ThreadSummary,
+)
 from checkpointer.serde import Serializer, default_serializer
 from checkpointer.types import (
     ChannelVersion,
@@ -59,6 +71,36 @@ def validate_prune_strategy(strategy: str) -> None:
         raise ValueError(
             f"unknown prune strategy {strategy!r}; expected one of {', '.join(PRUNE_STRATEGIES)}"
         )
+
+
+def validate_thread_listing(sort: str, limit: int | None, offset: int) -> None:
+    """Check `list_threads` arguments before any backend sees them."""
+    if sort not in THREAD_SORTS:
+        raise ConfigError(f"unknown sort {sort!r}; expected one of {', '.join(THREAD_SORTS)}")
+    for name, value in (("limit", limit), ("offset", offset)):
+        if value is None and name == "limit":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
+
+
+def validate_ttl(ttl: timedelta | None) -> float | None:
+    """A thread TTL in seconds (None: never expires)."""
+    if ttl is None:
+        return None
+    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+        raise ConfigError(f"ttl must be a positive timedelta or None, got {ttl!r}")
+    return ttl.total_seconds()
+
+
+def resolve_now(now: datetime | None) -> datetime:
+    """The clock a lifecycle operation measures ages against (injectable for tests and
+    for "what would go next week" dry runs)."""
+    if now is None:
+        return datetime.now(UTC)
+    if not isinstance(now, datetime):
+        raise ConfigError(f"now must be a datetime, got {now!r}")
+    return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
 
 
 def parent_id_for_put(config: RunnableConfig, checkpoint: Checkpoint) -> str | None:
@@ -140,6 +182,91 @@ class BaseCheckpointSaver:
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         raise NotImplementedError
+
+    # ------------------------------------------------------------ lifecycle
+    def apply_retention(
+        self,
+        policy: RetentionPolicy,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        channels: Mapping[str, BaseChannel] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        """Trim threads (all of them when `thread_ids` is None) by `policy`.
+
+        Kept checkpoints always read back exactly as before: pinned checkpoints, each
+        namespace's head and interrupts still waiting for an answer stay with their pending
+        writes, and so do the ancestors kept checkpoints replay delta channels from, unless
+        `channels` (name -> channel spec, e.g. `channels_from_schema(State)` or
+        `graph.spec.channels`) lets the saver store a snapshot on the oldest kept checkpoint
+        instead. `dry_run=True` changes nothing and reports what would go.
+        """
+        raise NotImplementedError
+
+    def compact(
+        self,
+        thread_id: str,
+        *,
+        channels: Mapping[str, BaseChannel],
+        keep_recent: int = 1,
+        dry_run: bool = False,
+    ) -> RetentionReport:
+        """Fold a thread's long delta history into a snapshot plus its `keep_recent` newest
+        checkpoints per namespace (with their writes); everything older goes."""
+        report = self.apply_retention(
+            KeepLast(keep_recent), thread_ids=[thread_id], channels=channels, dry_run=dry_run
+        )
+        report.policy = f"compact, keeping {keep_recent} recent checkpoint(s)"
+        return report
+
+    def pin(self, config: RunnableConfig) -> RunnableConfig:
+        """Protect a checkpoint (the thread's latest when `config` names none) from every
+        retention policy, and its thread from TTL expiry. Returns the pinned checkpoint's
+        config; raises CheckpointNotFoundError if there is none."""
+        raise NotImplementedError
+
+    def unpin(self, config: RunnableConfig) -> None:
+        """Undo `pin` (a checkpoint that is not pinned is left as it is)."""
+        raise NotImplementedError
+
+    def list_pinned(self, thread_id: str) -> builtins.list[RunnableConfig]:
+        """Configs of a thread's pinned checkpoints, newest first."""
+        raise NotImplementedError
+
+    def list_threads(
+        self,
+        *,
+        sort: ThreadSort = "updated",
+        descending: bool = True,
+        limit: int | None = 100,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
+    ) -> builtins.list[ThreadSummary]:
+        """Thread summaries sorted by last update, checkpoint count, bytes or id, without
+        reading checkpoints (SQL savers keep a summary row per thread up to date)."""
+        raise NotImplementedError
+
+    def set_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> None:
+        """Expire the thread `ttl` after its last write (None: never); see sweep_expired."""
+        raise NotImplementedError
+
+    def sweep_expired(
+        self, *, now: datetime | None = None, dry_run: bool = False
+    ) -> RetentionReport:
+        """Delete every thread whose TTL has run out (threads with a pinned checkpoint stay)."""
+        raise NotImplementedError
+
+    def reclaim_space(self, *, full: bool = False) -> SpaceReport:
+        """Give space freed by deletions back to the file system where the backend allows
+        (SQLite: incremental vacuum and WAL truncation; `full=True` rewrites the file).
+        PostgreSQL: VACUUM (`full=True`: VACUUM FULL, which locks the tables)."""
+        return SpaceReport(None, None)
+
+    def refresh_thread_summaries(self, thread_ids: Sequence[str] | None = None) -> int:
+        """Recompute thread summaries from the stored rows (repairs drift); returns how
+        many threads were refreshed."""
+        return 0
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -225,6 +352,77 @@ class BaseCheckpointSaver:
         return await asyncio.to_thread(
             lambda: self.get_delta_channel_history(config=config, channels=channels)
         )
+
+    async def aapply_retention(
+        self,
+        policy: RetentionPolicy,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        channels: Mapping[str, BaseChannel] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        return await asyncio.to_thread(
+            lambda: self.apply_retention(
+                policy, thread_ids=thread_ids, channels=channels, dry_run=dry_run, now=now
+            )
+        )
+
+    async def acompact(
+        self,
+        thread_id: str,
+        *,
+        channels: Mapping[str, BaseChannel],
+        keep_recent: int = 1,
+        dry_run: bool = False,
+    ) -> RetentionReport:
+        report = await self.aapply_retention(
+            KeepLast(keep_recent), thread_ids=[thread_id], channels=channels, dry_run=dry_run
+        )
+        report.policy = f"compact, keeping {keep_recent} recent checkpoint(s)"
+        return report
+
+    async def apin(self, config: RunnableConfig) -> RunnableConfig:
+        return await asyncio.to_thread(self.pin, config)
+
+    async def aunpin(self, config: RunnableConfig) -> None:
+        await asyncio.to_thread(self.unpin, config)
+
+    async def alist_pinned(self, thread_id: str) -> builtins.list[RunnableConfig]:
+        return await asyncio.to_thread(self.list_pinned, thread_id)
+
+    async def alist_threads(
+        self,
+        *,
+        sort: ThreadSort = "updated",
+        descending: bool = True,
+        limit: int | None = 100,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
+    ) -> builtins.list[ThreadSummary]:
+        return await asyncio.to_thread(
+            lambda: self.list_threads(
+                sort=sort,
+                descending=descending,
+                limit=limit,
+                offset=offset,
+                thread_ids=thread_ids,
+            )
+        )
+
+    async def aset_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> None:
+        await asyncio.to_thread(self.set_thread_ttl, thread_id, ttl)
+
+    async def asweep_expired(
+        self, *, now: datetime | None = None, dry_run: bool = False
+    ) -> RetentionReport:
+        return await asyncio.to_thread(lambda: self.sweep_expired(now=now, dry_run=dry_run))
+
+    async def areclaim_space(self, *, full: bool = False) -> SpaceReport:
+        return await asyncio.to_thread(lambda: self.reclaim_space(full=full))
+
+    async def arefresh_thread_summaries(self, thread_ids: Sequence[str] | None = None) -> int:
+        return await asyncio.to_thread(self.refresh_thread_summaries, thread_ids)
 
 
 class _HistoryWalk:

@@ -7,23 +7,52 @@ here as it would in production.
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-from checkpointer.errors import CheckpointerError
+from checkpointer.channels import BaseChannel
+from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
+from checkpointer.lifecycle import (
+    IdleThreadTTL,
+    RetentionPolicy,
+    RetentionReport,
+    ThreadOutcome,
+    ThreadSort,
+    ThreadSummary,
+    validate_policy,
+)
 from checkpointer.savers.base import (
     BaseCheckpointSaver,
     _HistoryWalk,
     metadata_matches,
     new_blob_channels,
     parent_id_for_put,
+    resolve_now,
     validate_metadata_filter,
     validate_prune_strategy,
+    validate_thread_listing,
+    validate_ttl,
+)
+from checkpointer.savers.retention import (
+    NamespaceShape,
+    NodeShape,
+    ThreadPlan,
+    ThreadShape,
+    has_pending_interrupt,
+    materialize_values,
+    parse_ts,
+    plan_thread,
+    thread_summary_order,
+    ttl_outcome,
 )
 from checkpointer.serde import Serializer
+from checkpointer.serde.compression import load_typed
 from checkpointer.types import (
+    INTERRUPT,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -41,6 +70,8 @@ from checkpointer.types import (
 
 Typed = tuple[str, bytes]
 BlobKey = tuple[str, str, str, str]  # thread, namespace, channel, version
+BlobSizes = dict[tuple[str, str], dict[tuple[str, str], int]]
+"""(thread, namespace) -> (channel, version) -> bytes of the stored value."""
 
 
 @dataclass(slots=True)
@@ -62,6 +93,21 @@ class _StoredCheckpoint:
     channel_versions: ChannelVersions
     run_id: str | None
     writes: dict[tuple[str, int], _StoredWrite] = field(default_factory=dict)
+    ts: str | None = None
+    pinned: bool = False
+
+
+@dataclass(slots=True)
+class _ThreadMeta:
+    """What the SQL savers keep in their summary table: first and last write, TTL."""
+
+    created_at: datetime
+    updated_at: datetime
+    ttl: timedelta | None = None
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return None if self.ttl is None else self.updated_at + self.ttl
 
 
 Namespace = dict[str, _StoredCheckpoint]
@@ -77,6 +123,16 @@ class InMemorySaver(BaseCheckpointSaver):
         self._blobs: dict[BlobKey, Typed] = {}
         # Writes may arrive before their checkpoint (no foreign key, as in SQL).
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], _StoredWrite]] = {}
+        self._meta: dict[str, _ThreadMeta] = {}
+
+    def _touch(self, thread_id: str) -> None:
+        """Record a write to the thread (its summary's `updated_at`); caller holds the lock."""
+        now = resolve_now(None)
+        meta = self._meta.get(thread_id)
+        if meta is None:
+            self._meta[thread_id] = _ThreadMeta(now, now)
+        else:
+            meta.updated_at = now
 
     # ------------------------------------------------------------- reading
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -133,7 +189,7 @@ class InMemorySaver(BaseCheckpointSaver):
                 stored = self._threads.get(thread_id, {}).get(ns, {}).get(checkpoint_id)
                 if stored is None:
                     continue
-                if wanted and not metadata_matches(self.serde.loads_typed(stored.metadata), wanted):
+                if wanted and not metadata_matches(load_typed(self.serde, stored.metadata), wanted):
                     continue
                 tup = self._load(thread_id, ns, checkpoint_id, stored)
             if remaining is not None:
@@ -163,16 +219,16 @@ class InMemorySaver(BaseCheckpointSaver):
     def _load(
         self, thread_id: str, ns: str, checkpoint_id: str, stored: _StoredCheckpoint
     ) -> CheckpointTuple:
-        checkpoint: Checkpoint = self.serde.loads_typed(stored.record)
+        checkpoint: Checkpoint = load_typed(self.serde, stored.record)
         values: dict[str, Any] = {}
         for channel, version in stored.channel_versions.items():
             blob = self._blobs.get((thread_id, ns, channel, str(version)))
             if blob is not None:
-                values[channel] = self.serde.loads_typed(blob)
+                values[channel] = load_typed(self.serde, blob)
         checkpoint["channel_values"] = values
         writes = sorted(stored.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
         pending: list[PendingWrite] = [
-            (w.task_id, w.channel, self.serde.loads_typed(w.value)) for w in writes
+            (w.task_id, w.channel, load_typed(self.serde, w.value)) for w in writes
         ]
         parent = (
             make_config(thread_id, ns, stored.parent_id) if stored.parent_id is not None else None
@@ -180,7 +236,7 @@ class InMemorySaver(BaseCheckpointSaver):
         return CheckpointTuple(
             config=make_config(thread_id, ns, checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self.serde.loads_typed(stored.metadata),
+            metadata=load_typed(self.serde, stored.metadata),
             parent_config=parent,
             pending_writes=pending,
         )
@@ -206,15 +262,19 @@ class InMemorySaver(BaseCheckpointSaver):
             parent_id=parent_id,
             channel_versions=dict(checkpoint["channel_versions"]),
             run_id=_run_id(metadata),
+            ts=checkpoint.get("ts"),
         )
         with self._lock:
+            self._touch(thread_id)
             self._blobs.update(blobs)
             namespace = self._threads.setdefault(thread_id, {}).setdefault(ns, {})
             previous = namespace.get(checkpoint["id"])
             early = self._orphan_writes.pop((thread_id, ns, checkpoint["id"]), {})
             if previous is not None:
-                # Re-saving a checkpoint updates it in place; it keeps its place in the tree.
+                # Re-saving a checkpoint updates it in place; it keeps its place in the tree
+                # and its pin.
                 stored.parent_id = previous.parent_id
+                stored.pinned = previous.pinned
             stored.writes = {**early, **(previous.writes if previous else {})}
             namespace[checkpoint["id"]] = stored
         return make_config(thread_id, ns, checkpoint["id"])
@@ -242,6 +302,7 @@ class InMemorySaver(BaseCheckpointSaver):
             for position, (channel, value) in enumerate(writes)
         ]
         with self._lock:
+            self._touch(thread_id)
             stored = self._threads.get(thread_id, {}).get(ns, {}).get(checkpoint_id)
             if stored is not None:
                 target = stored.writes
@@ -256,6 +317,7 @@ class InMemorySaver(BaseCheckpointSaver):
     def delete_thread(self, thread_id: str) -> None:
         with self._lock:
             self._threads.pop(thread_id, None)
+            self._meta.pop(thread_id, None)
             self._blobs = {k: v for k, v in self._blobs.items() if k[0] != thread_id}
             self._orphan_writes = {
                 k: v for k, v in self._orphan_writes.items() if k[0] != thread_id
@@ -290,10 +352,14 @@ class InMemorySaver(BaseCheckpointSaver):
                         channel_versions=dict(stored.channel_versions),
                         run_id=stored.run_id,
                         writes=dict(stored.writes),
+                        ts=stored.ts,
+                        pinned=stored.pinned,
                     )
             for (thread_id, ns, channel, version), blob in list(self._blobs.items()):
                 if thread_id == source_thread_id:
                     self._blobs[(target_thread_id, ns, channel, version)] = blob
+            if source:
+                self._touch(target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         validate_prune_strategy(strategy)
@@ -310,6 +376,263 @@ class InMemorySaver(BaseCheckpointSaver):
                         del namespace[cid]
             self._drop_unreferenced_blobs()
 
+    # ----------------------------------------------------- retention, summaries
+    def apply_retention(
+        self,
+        policy: RetentionPolicy,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        channels: Mapping[str, BaseChannel] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        policy = validate_policy(policy)
+        at = resolve_now(now)
+        report = RetentionReport(policy.describe(), dry_run)
+        with self._lock:
+            threads = self._thread_ids() if thread_ids is None else _unique(thread_ids)
+            sizes = self._blob_sizes()  # keyed by thread: each thread changes only its own
+            for thread_id in threads:
+                if isinstance(policy, IdleThreadTTL):
+                    outcome = self._expire(thread_id, policy, at, dry_run, sizes)
+                else:
+                    outcome = self._retain(thread_id, policy, at, channels, dry_run, sizes)
+                if outcome is not None:
+                    report.threads.append(outcome)
+        return report
+
+    def sweep_expired(
+        self, *, now: datetime | None = None, dry_run: bool = False
+    ) -> RetentionReport:
+        at = resolve_now(now)
+        report = RetentionReport("delete threads past their TTL", dry_run)
+        with self._lock:
+            sizes = self._blob_sizes()
+            for thread_id in sorted(self._meta):
+                expires = self._meta[thread_id].expires_at
+                if expires is None or expires > at:
+                    continue
+                outcome = self._delete_whole(thread_id, dry_run, sizes, spare_interrupted=False)
+                report.threads.append(outcome)
+        return report
+
+    def _thread_ids(self) -> builtins.list[str]:
+        return sorted(set(self._threads) | set(self._meta))
+
+    def _retain(
+        self,
+        thread_id: str,
+        policy: RetentionPolicy,
+        now: datetime,
+        specs: Mapping[str, BaseChannel] | None,
+        dry_run: bool,
+        sizes: BlobSizes,
+    ) -> ThreadOutcome | None:
+        shape = self._shape(thread_id, sizes)
+        if not shape.namespaces:
+            return None
+        unmaterializable: dict[str, set[tuple[str, str]]] = {}
+        while True:
+            plan = plan_thread(
+                shape, policy, now=now, specs=specs, unmaterializable=unmaterializable
+            )
+            blobs, failed = self._materialize(thread_id, plan, specs)
+            if not failed:
+                break
+            for ns, cid, channel in failed:
+                unmaterializable.setdefault(ns, set()).add((cid, channel))
+        plan.outcome.bytes_added = sum(len(blob[1]) for blob in blobs.values())
+        if not dry_run:
+            self._blobs.update(blobs)
+            for ns, doomed in plan.delete.items():
+                namespace = self._threads[thread_id][ns]
+                for cid in doomed:
+                    del namespace[cid]
+            for ns, refs in plan.garbage.items():
+                for channel, version in refs:
+                    self._blobs.pop((thread_id, ns, channel, version), None)
+        return plan.outcome
+
+    def _materialize(
+        self, thread_id: str, plan: ThreadPlan, specs: Mapping[str, BaseChannel] | None
+    ) -> tuple[dict[BlobKey, Typed], builtins.list[tuple[str, str, str]]]:
+        """Serialized snapshots the plan asks for, and what could not be rebuilt."""
+        blobs: dict[BlobKey, Typed] = {}
+        failed: builtins.list[tuple[str, str, str]] = []
+        for item in plan.materialize:
+            assert specs is not None
+            stored = self._threads[thread_id][item.ns][item.checkpoint_id]
+            config = make_config(thread_id, item.ns, item.checkpoint_id)
+            try:
+                histories = self.get_delta_channel_history(config=config, channels=item.channels)
+            except CheckpointerError:
+                histories = {}
+            values, missing = materialize_values(specs, item.channels, histories)
+            failed.extend((item.ns, item.checkpoint_id, ch) for ch in missing)
+            for channel, value in values.items():
+                version = str(stored.channel_versions[channel])
+                blobs[(thread_id, item.ns, channel, version)] = self.serde.dumps_typed(value)
+        return blobs, failed
+
+    def _expire(
+        self,
+        thread_id: str,
+        policy: IdleThreadTTL,
+        now: datetime,
+        dry_run: bool,
+        sizes: BlobSizes,
+    ) -> ThreadOutcome | None:
+        meta = self._meta.get(thread_id)
+        if meta is None or meta.updated_at >= now - policy.ttl:
+            return None
+        return self._delete_whole(
+            thread_id, dry_run, sizes, spare_interrupted=policy.keep_interrupted
+        )
+
+    def _delete_whole(
+        self,
+        thread_id: str,
+        dry_run: bool,
+        sizes: BlobSizes,
+        *,
+        spare_interrupted: bool,
+    ) -> ThreadOutcome:
+        shape = self._shape(thread_id, sizes)
+        outcome = ttl_outcome(shape)
+        orphans = [
+            w for k, ws in self._orphan_writes.items() if k[0] == thread_id for w in ws.values()
+        ]
+        outcome.writes_deleted += len(orphans)
+        outcome.bytes_freed += sum(len(w.value[1]) for w in orphans)
+        if any(n.pinned for ns in shape.namespaces.values() for n in ns.nodes.values()):
+            return _skipped(outcome, "has a pinned checkpoint")
+        if spare_interrupted and has_pending_interrupt(shape):
+            return _skipped(outcome, "waiting on an interrupt")
+        if not dry_run:
+            self.delete_thread(thread_id)
+        return outcome
+
+    def _blob_sizes(self) -> BlobSizes:
+        """Stored value sizes by (thread, namespace), built once per operation."""
+        out: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+        for (thread_id, ns, channel, version), blob in self._blobs.items():
+            out.setdefault((thread_id, ns), {})[(channel, version)] = len(blob[1])
+        return out
+
+    def _shape(self, thread_id: str, sizes: BlobSizes) -> ThreadShape:
+        """The thread as the planner sees it (caller holds the lock)."""
+        shape = ThreadShape(thread_id)
+        for ns, namespace in self._threads.get(thread_id, {}).items():
+            if not namespace:
+                continue
+            nodes = {
+                cid: NodeShape(
+                    parent_id=stored.parent_id,
+                    versions={ch: str(v) for ch, v in stored.channel_versions.items()},
+                    ts=parse_ts(stored.ts),
+                    pinned=stored.pinned,
+                    size=len(stored.record[1]) + len(stored.metadata[1]),
+                    writes=len(stored.writes),
+                    writes_size=sum(len(w.value[1]) for w in stored.writes.values()),
+                    interrupted=any(w.channel == INTERRUPT for w in stored.writes.values()),
+                )
+                for cid, stored in namespace.items()
+            }
+            shape.namespaces[ns] = NamespaceShape(nodes, dict(sizes.get((thread_id, ns), {})))
+        return shape
+
+    # ---------------------------------------------------------------- pins
+    def pin(self, config: RunnableConfig) -> RunnableConfig:
+        return self._set_pin(config, True)
+
+    def unpin(self, config: RunnableConfig) -> None:
+        self._set_pin(config, False)
+
+    def _set_pin(self, config: RunnableConfig, pinned: bool) -> RunnableConfig:
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        with self._lock:
+            namespace = self._threads.get(thread_id, {}).get(ns, {})
+            if checkpoint_id is None and namespace:
+                checkpoint_id = max(namespace)
+            stored = namespace.get(checkpoint_id) if checkpoint_id else None
+            if stored is None or checkpoint_id is None:
+                if not pinned:
+                    return make_config(thread_id, ns, checkpoint_id)
+                raise CheckpointNotFoundError(
+                    f"no checkpoint to pin at thread {thread_id!r}, namespace {ns!r}"
+                    + (f", id {checkpoint_id!r}" if checkpoint_id else "")
+                )
+            stored.pinned = pinned
+        return make_config(thread_id, ns, checkpoint_id)
+
+    def list_pinned(self, thread_id: str) -> builtins.list[RunnableConfig]:
+        with self._lock:
+            found = [
+                (cid, ns)
+                for ns, namespace in self._threads.get(str(thread_id), {}).items()
+                for cid, stored in namespace.items()
+                if stored.pinned
+            ]
+        return [make_config(str(thread_id), ns, cid) for cid, ns in sorted(found, reverse=True)]
+
+    # ----------------------------------------------------------- summaries
+    def list_threads(
+        self,
+        *,
+        sort: ThreadSort = "updated",
+        descending: bool = True,
+        limit: int | None = 100,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
+    ) -> builtins.list[ThreadSummary]:
+        validate_thread_listing(sort, limit, offset)
+        with self._lock:
+            wanted = self._thread_ids() if thread_ids is None else _unique(thread_ids)
+            sizes = self._blob_sizes()
+            summaries = [s for t in wanted if (s := self._summary(t, sizes)) is not None]
+        summaries.sort(key=thread_summary_order(sort), reverse=descending)
+        end = None if limit is None else offset + limit
+        return summaries[offset:end]
+
+    def _summary(self, thread_id: str, sizes: BlobSizes) -> ThreadSummary | None:
+        meta = self._meta.get(thread_id)
+        if meta is None:
+            return None
+        shape = self._shape(thread_id, sizes)
+        orphans = sum(
+            len(w.value[1])
+            for key, ws in self._orphan_writes.items()
+            if key[0] == thread_id
+            for w in ws.values()
+        )
+        root = shape.namespaces.get("")
+        return ThreadSummary(
+            thread_id=thread_id,
+            head_checkpoint_id=max(root.nodes) if root and root.nodes else None,
+            checkpoint_count=shape.checkpoint_count,
+            bytes=ttl_outcome(shape).bytes_freed + orphans,
+            created_at=meta.created_at,
+            updated_at=meta.updated_at,
+            ttl=meta.ttl,
+            expires_at=meta.expires_at,
+            pinned=sum(n.pinned for ns in shape.namespaces.values() for n in ns.nodes.values()),
+        )
+
+    def set_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> None:
+        validate_ttl(ttl)
+        with self._lock:
+            meta = self._meta.get(str(thread_id))
+            if meta is None:
+                now = resolve_now(None)
+                meta = self._meta[str(thread_id)] = _ThreadMeta(now, now)
+            meta.ttl = ttl
+
+    def refresh_thread_summaries(self, thread_ids: Sequence[str] | None = None) -> int:
+        """Summaries are computed when read; nothing can drift."""
+        with self._lock:
+            return len(self._thread_ids() if thread_ids is None else _unique(thread_ids))
+
     def _drop_unreferenced_blobs(self) -> None:
         referenced = {
             (thread_id, ns, channel, str(version))
@@ -319,6 +642,18 @@ class InMemorySaver(BaseCheckpointSaver):
             for channel, version in stored.channel_versions.items()
         }
         self._blobs = {k: v for k, v in self._blobs.items() if k in referenced}
+
+
+def _unique(thread_ids: Sequence[str]) -> list[str]:
+    if isinstance(thread_ids, str):
+        thread_ids = [thread_ids]
+    return [str(t) for t in dict.fromkeys(thread_ids)]
+
+
+def _skipped(outcome: ThreadOutcome, reason: str) -> ThreadOutcome:
+    return ThreadOutcome(
+        outcome.thread_id, checkpoints_before=outcome.checkpoints_before, skipped=reason
+    )
 
 
 def _run_id(metadata: Mapping[str, Any]) -> str | None:

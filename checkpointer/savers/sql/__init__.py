@@ -3,6 +3,7 @@
 - `schema`: the tables (SQLAlchemy Core), the schema revision this code uses;
 - `core`: statements and row decoding, sans-I/O (plans yield statements, receive rows);
 - `sync_exec` / `async_exec`: drive plans over sqlite3, aiosqlite, psycopg (sync, async);
+- `lifecycle`: retention, TTL expiry, pins, thread summaries, reclaiming space (plans too);
 - `sqlite_dialect` / `postgres_dialect`: what differs between the two databases;
 - `migrate`: Alembic scripts rendered to SQL, `migrate(url, sql=False)` for the CLI.
 """

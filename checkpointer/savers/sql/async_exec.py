@@ -10,7 +10,12 @@ from typing import Any, TypeVar
 
 from checkpointer.errors import CheckpointerError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
-from checkpointer.savers.sql.sync_exec import is_memory_path, run_sqlite_op, sqlite_pragmas
+from checkpointer.savers.sql.sync_exec import (
+    FILE_PRAGMAS,
+    is_memory_path,
+    run_sqlite_op,
+    sqlite_pragmas,
+)
 
 T = TypeVar("T")
 
@@ -82,7 +87,7 @@ class AsyncSqliteExecutor:
                 await self._conn._execute(setattr, self._conn._conn, "isolation_level", None)
             pragmas = list(self._pragmas)
             if not is_memory_path(self.path or ""):
-                pragmas.append("PRAGMA journal_mode = WAL")
+                pragmas.extend(FILE_PRAGMAS)
             for pragma in pragmas:
                 # Read every result row: an undrained PRAGMA stays "in progress" and would
                 # make a later COMMIT fail.
@@ -103,6 +108,9 @@ class AsyncSqliteExecutor:
     async def _execute(self, conn: Any, stmt: Stmt) -> list[Row]:
         if self.trace is not None:
             self.trace(stmt.sql)
+        if stmt.script:
+            await conn.executescript(stmt.sql)
+            return []
         if stmt.many:
             await conn.executemany(stmt.sql, stmt.params)
             return []
@@ -190,6 +198,9 @@ class AsyncPostgresExecutor:
             self.trace(stmt.sql)
         if stmt.many:
             await cur.executemany(stmt.sql, stmt.params)
+            return []
+        if stmt.script:
+            await cur.execute(stmt.sql, prepare=False)
             return []
         await cur.execute(stmt.sql, stmt.params or None, prepare=self._prepare)
         return list(await cur.fetchall()) if stmt.fetch else []

@@ -13,15 +13,19 @@ import json
 import re
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from checkpointer.errors import CheckpointerError, ConfigError, SerializationError
 from checkpointer.savers.base import (
     new_blob_channels,
     parent_id_for_put,
+    resolve_now,
     validate_metadata_filter,
 )
+from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
+from checkpointer.serde.compression import load_typed
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -50,12 +54,15 @@ MAX_WALK_DEPTH = 10_000_000
 
 @dataclass(frozen=True, slots=True)
 class Stmt:
-    """One statement for a runner: `many` runs it once per parameter set (executemany)."""
+    """One statement for a runner: `many` runs it once per parameter set (executemany);
+    `script` runs it to completion as a script (SQLite pragmas that work step by step,
+    such as `incremental_vacuum`; no parameters)."""
 
     sql: str
     params: Any = ()
     fetch: bool = False
     many: bool = False
+    script: bool = False
 
 
 Plan = Generator[Stmt, list[Row], T]
@@ -74,6 +81,13 @@ def single(stmt: Stmt) -> Plan[list[Row]]:
     """A plan of one statement, returning its rows."""
     rows = yield stmt
     return rows
+
+
+def each(stmts: Iterable[Stmt]) -> Plan[None]:
+    """A plan running statements in order. (`yield from` a plain list would break: the
+    runner sends rows back, and a list iterator cannot receive them.)"""
+    for stmt in stmts:  # noqa: UP028
+        yield stmt
 
 
 # --------------------------------------------------------------------------- encoding
@@ -150,6 +164,7 @@ class Dialect:
     checkpoints: str = ""
     blobs: str = ""
     writes: str = ""
+    threads: str = ""
 
     def lookup(self, table: str, alias: str, columns: str, condition: str) -> str:
         """Join `table` as a per-row primary-key lookup, whatever the planner estimates:
@@ -229,6 +244,45 @@ class Dialect:
     def check_metadata(self, text: str) -> None:
         """Refuse what the metadata column cannot hold (PostgreSQL jsonb: NUL)."""
 
+    def typed(self, expr: str, kind: str) -> str:
+        """An expression cast to `kind` (text, float, bigint, int, ts, bool) where the
+        database cannot infer a bare parameter's type (PostgreSQL); as is elsewhere."""
+        return expr
+
+    def ts_param(self, when: datetime) -> Any:
+        """A timestamp as the summary table stores it."""
+        raise NotImplementedError
+
+    def decode_ts(self, value: Any) -> datetime | None:
+        raise NotImplementedError
+
+    def add_seconds(self, ts: str, seconds: str) -> str:
+        """SQL for the timestamp `ts` plus `seconds` (both SQL expressions)."""
+        raise NotImplementedError
+
+    def size(self, column: str, *, text: bool = False) -> str:
+        """Stored payload bytes of a value column (`text=True`: UTF-8 bytes of a JSON/text
+        column). The one definition of "bytes" the summaries and reports use."""
+        raise NotImplementedError
+
+    def json_field(self, column: str, key: str) -> str:
+        """A top-level field of a JSON column as text (`key` is a constant of ours)."""
+        raise NotImplementedError
+
+    def ids_table(self, name: str) -> str:
+        """A subquery with one row (column `tid`) per value of the list parameter `name`."""
+        raise NotImplementedError
+
+    def lock_thread(self, thread_id: str) -> Stmt | None:
+        """A statement that makes concurrent writers of the thread wait until the current
+        transaction ends (None where the transaction already excludes them: SQLite's
+        BEGIN IMMEDIATE)."""
+        return None
+
+    def insert_blobs(self, thread_id: str, rows: list[tuple[str, str, str, str, bytes]]) -> Stmt:
+        """Insert (ns, channel, version, type, blob) rows that do not exist yet."""
+        raise NotImplementedError
+
     def checkpoint_upsert_values(self) -> str:
         """The SET list when a checkpoint is written again."""
         return (
@@ -247,7 +301,9 @@ class Dialect:
         record: str,
         metadata: str,
         blobs: list[tuple[str, str, str, bytes]],
+        now: datetime,
     ) -> Op[None]:
+        """Blobs, the checkpoint and the thread summary, in one transaction."""
         raise NotImplementedError
 
     def put_writes_plan(
@@ -259,7 +315,9 @@ class Dialect:
         task_path: str,
         rows: list[tuple[int, str, str, bytes]],
         replace: bool,
+        now: datetime,
     ) -> Op[None]:
+        """The writes and the thread summary, in one transaction."""
         raise NotImplementedError
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
@@ -449,7 +507,9 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer) -> list[CheckpointTupl
             )
         )
 
-    loads = serde.loads_typed
+    def loads(data: tuple[str, bytes]) -> Any:
+        return load_typed(serde, data)
+
     for row in rows:
         kind = row[3]
         if kind == 0:
@@ -589,7 +649,10 @@ def decode_delta_history(
     """Rows (kind, depth, channel, task_path, task_id, idx, type, blob), seeds first, then
     writes oldest first, to one history per channel."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
-    loads = serde.loads_typed
+
+    def loads(data: tuple[str, bytes]) -> Any:
+        return load_typed(serde, data)
+
     for kind, _depth, channel, _path, task_id, _idx, type_, blob in rows:
         entry = out.get(channel)
         if entry is None:
@@ -647,6 +710,7 @@ def put_op(
         encode_record(checkpoint),
         meta_text,
         blobs,
+        resolve_now(None),
     )
     return op, make_config(thread_id, ns, checkpoint_id)
 
@@ -678,8 +742,93 @@ def put_writes_op(
             continue
         rows[idx] = (idx, channel, *dumps(value))
     return d.put_writes_plan(
-        thread_id, ns, checkpoint_id, stored_task_id, task_path, list(rows.values()), replace
+        thread_id,
+        ns,
+        checkpoint_id,
+        stored_task_id,
+        task_path,
+        list(rows.values()),
+        replace,
+        resolve_now(None),
     )
+
+
+# --------------------------------------------------------------------------- summaries
+SUMMARY_COLUMNS = "thread_id, head_checkpoint_id, checkpoint_count, bytes, created_at, updated_at"
+
+
+def summary_merge(d: Dialect) -> str:
+    """ON CONFLICT clause that adds a write's deltas to a thread's summary row: the head
+    moves forward only, count and bytes accumulate, the expiry follows the last write."""
+    t = THREADS  # the target row, by table name (the schema prefix is not part of it)
+    return (
+        "ON CONFLICT (thread_id) DO UPDATE SET "
+        f"head_checkpoint_id = CASE WHEN excluded.head_checkpoint_id IS NULL "
+        f"THEN {t}.head_checkpoint_id WHEN {t}.head_checkpoint_id IS NULL "
+        f"OR excluded.head_checkpoint_id > {t}.head_checkpoint_id "
+        f"THEN excluded.head_checkpoint_id ELSE {t}.head_checkpoint_id END, "
+        f"checkpoint_count = {t}.checkpoint_count + excluded.checkpoint_count, "
+        f"bytes = {t}.bytes + excluded.bytes, updated_at = excluded.updated_at, "
+        f"expires_at = CASE WHEN {t}.ttl_seconds IS NULL THEN NULL "
+        f"ELSE {d.add_seconds('excluded.updated_at', f'{t}.ttl_seconds')} END"
+    )
+
+
+def record_size(d: Dialect, alias: str) -> str:
+    return (
+        f"({d.size(f'{alias}.checkpoint', text=True)} + {d.size(f'{alias}.metadata', text=True)})"
+    )
+
+
+def refresh_summaries_stmts(d: Dialect, thread_ids: Sequence[str], now: datetime) -> list[Stmt]:
+    """Recompute the summary rows of some threads from their stored rows (after deletes,
+    copies and raw imports), then drop rows of threads left with nothing and no TTL.
+
+    `updated_at` of an existing row is left alone: maintenance is not activity, and must
+    not postpone a thread's expiry.
+    """
+    if not thread_ids:
+        return []
+    params = {"threads": d.list_param(sorted(set(thread_ids))), "now": d.ts_param(now)}
+
+    def build() -> str:
+        c, b, w = d.checkpoints, d.blobs, d.writes
+        now_sql = d.typed(d.p("now"), "ts")
+        return (
+            f"INSERT INTO {d.threads} (thread_id, head_checkpoint_id, checkpoint_count, bytes, "
+            "pinned_count, created_at, updated_at) "
+            "SELECT t.tid, "
+            f"(SELECT max(c.checkpoint_id) FROM {c} c WHERE c.thread_id = t.tid "
+            "AND c.checkpoint_ns = ''), "
+            f"(SELECT count(*) FROM {c} c WHERE c.thread_id = t.tid), "
+            f"coalesce((SELECT sum({record_size(d, 'c')}) FROM {c} c "
+            "WHERE c.thread_id = t.tid), 0) "
+            f"+ coalesce((SELECT sum({d.size('b.blob')}) FROM {b} b "
+            "WHERE b.thread_id = t.tid), 0) "
+            f"+ coalesce((SELECT sum({d.size('w.blob')}) FROM {w} w "
+            "WHERE w.thread_id = t.tid), 0), "
+            f"(SELECT count(*) FROM {c} c WHERE c.thread_id = t.tid AND c.pinned), "
+            f"{now_sql}, {now_sql} FROM {d.ids_table('threads')} t WHERE true "
+            "ON CONFLICT (thread_id) DO UPDATE SET "
+            "head_checkpoint_id = excluded.head_checkpoint_id, "
+            "checkpoint_count = excluded.checkpoint_count, bytes = excluded.bytes, "
+            "pinned_count = excluded.pinned_count"
+        )
+
+    cleanup = (
+        f"DELETE FROM {d.threads} WHERE {d.in_list('thread_id', 'threads')} "
+        "AND checkpoint_count = 0 AND bytes = 0 AND ttl_seconds IS NULL"
+    )
+    return [
+        Stmt(d.sql(("refresh_summaries",), build), params),
+        Stmt(cleanup, {"threads": params["threads"]}),
+    ]
+
+
+def refresh_summaries_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[None]:
+    """`refresh_summaries_stmts` as a plan: run it inside the transaction that changed the
+    rows (any code that writes the tables without the saver API must call it)."""
+    yield from each(refresh_summaries_stmts(d, thread_ids, resolve_now(None)))
 
 
 # --------------------------------------------------------------------------- lifecycle
@@ -782,6 +931,7 @@ def prune_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[None]:
         if drop := set(namespace) - keep:
             doomed[(thread_id, ns)] = drop
     yield from _delete_plan(d, namespaces, blobs, doomed)
+    yield from refresh_summaries_plan(d, sorted({t for t, _ in doomed}))
 
 
 def delete_for_runs_plan(d: Dialect, run_ids: Sequence[str]) -> Plan[None]:
@@ -817,6 +967,7 @@ def delete_for_runs_plan(d: Dialect, run_ids: Sequence[str]) -> Plan[None]:
                 )
         doomed[(thread_id, ns)] = ids
     yield from _delete_plan(d, namespaces, blobs, doomed)
+    yield from refresh_summaries_plan(d, sorted({t for t, _ in doomed}))
 
 
 # --------------------------------------------------------------------------- names

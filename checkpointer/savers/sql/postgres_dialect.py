@@ -6,12 +6,33 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from checkpointer.errors import ConfigError, SerializationError
-from checkpointer.savers.sql.core import Dialect, Op, Plan, Stmt, dumps_json, quote_ident
+from checkpointer.savers.sql.core import (
+    SUMMARY_COLUMNS,
+    Dialect,
+    Op,
+    Plan,
+    Stmt,
+    dumps_json,
+    each,
+    quote_ident,
+    refresh_summaries_stmts,
+    summary_merge,
+)
 from checkpointer.savers.sql.migration import plan_upgrade
-from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, VERSION_TABLE, WRITES
+from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
+
+_CASTS = {
+    "text": "text",
+    "float": "double precision",
+    "bigint": "bigint",
+    "int": "integer",
+    "ts": "timestamptz",
+    "bool": "boolean",
+}
 
 
 def encode_task_id(task_id: str) -> str:
@@ -43,6 +64,7 @@ class PostgresDialect(Dialect):
         self.checkpoints = f"{q}.{CHECKPOINTS}"
         self.blobs = f"{q}.{BLOBS}"
         self.writes = f"{q}.{WRITES}"
+        self.threads = f"{q}.{THREADS}"
         self.version_table = f"{q}.{VERSION_TABLE}"
         digest = hashlib.sha256(f"checkpointer-setup:{schema}".encode()).digest()
         self.lock_key = int.from_bytes(digest[:8], "big", signed=True)
@@ -106,6 +128,58 @@ class PostgresDialect(Dialect):
                 "remove it or keep such values in channel state"
             )
 
+    def typed(self, expr: str, kind: str) -> str:
+        return f"CAST({expr} AS {_CASTS[kind]})"
+
+    def ts_param(self, when: datetime) -> Any:
+        return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+    def decode_ts(self, value: Any) -> datetime | None:
+        if value is None:
+            return None
+        parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+        # The session's time zone is the server's business; summaries speak UTC.
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+    def add_seconds(self, ts: str, seconds: str) -> str:
+        return f"({ts} + ({seconds}) * interval '1 second')"
+
+    def size(self, column: str, *, text: bool = False) -> str:
+        # bytea lengths come from the TOAST header, without detoasting the value.
+        return f"octet_length({column}::text)" if text else f"octet_length({column})"
+
+    def json_field(self, column: str, key: str) -> str:
+        return f"({column} ->> '{key}')"
+
+    def ids_table(self, name: str) -> str:
+        return f"(SELECT unnest({self.p(name)}::text[]) AS tid)"
+
+    def lock_thread(self, thread_id: str) -> Stmt | None:
+        # put and put_writes upsert this row in the statement that writes them, so they
+        # queue behind the lock (a thread without a summary row has no writer to stop).
+        return Stmt(
+            f"SELECT thread_id FROM {self.threads} WHERE thread_id = %(t)s FOR UPDATE",
+            {"t": thread_id},
+            fetch=True,
+        )
+
+    def insert_blobs(self, thread_id: str, rows: list[tuple[str, str, str, str, bytes]]) -> Stmt:
+        namespaces, channels, versions, types, datas = (list(c) for c in zip(*rows))
+        return Stmt(
+            f"INSERT INTO {self.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
+            "SELECT %(t)s, x.ns, x.channel, x.version, x.type, x.blob FROM unnest("
+            "%(nss)s::text[], %(channels)s::text[], %(versions)s::text[], %(types)s::text[], "
+            "%(datas)s::bytea[]) AS x(ns, channel, version, type, blob) ON CONFLICT DO NOTHING",
+            {
+                "t": thread_id,
+                "nss": namespaces,
+                "channels": channels,
+                "versions": versions,
+                "types": types,
+                "datas": datas,
+            },
+        )
+
     def put_plan(
         self,
         thread_id: str,
@@ -116,6 +190,7 @@ class PostgresDialect(Dialect):
         record: str,
         metadata: str,
         blobs: list[tuple[str, str, str, bytes]],
+        now: datetime,
     ) -> Op[None]:
         params: dict[str, Any] = {
             "thread_id": thread_id,
@@ -125,30 +200,47 @@ class PostgresDialect(Dialect):
             "run_id": run_id,
             "record": record,
             "metadata": metadata,
+            "head": checkpoint_id if ns == "" else None,
+            "now": self.ts_param(now),
         }
-        values = (
+        key = (
+            "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s "
+            "AND checkpoint_id = %(checkpoint_id)s"
+        )
+        size = f"{self.size('checkpoint', text=True)} + {self.size('metadata', text=True)}"
+        # Blobs, checkpoint and thread summary in one statement: one round trip, atomic in
+        # autocommit. Every CTE sees the rows as they were before the statement, so `prior`
+        # is the checkpoint this put replaces, if any.
+        ctes = [
+            f"prior AS (SELECT {size} AS n FROM {self.checkpoints} WHERE {key})",
+            f"cp AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, run_id, checkpoint, metadata) "
             "VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
             "%(run_id)s, %(record)s::jsonb, %(metadata)s::jsonb) "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
             + self.checkpoint_upsert_values()
-        )
-        columns = (
-            f"INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
-            "parent_checkpoint_id, run_id, checkpoint, metadata) "
-        )
+            + f" RETURNING {size} AS n)",
+        ]
+        added = "(SELECT n FROM cp) - coalesce((SELECT n FROM prior), 0)"
         if blobs:
-            # Blobs and checkpoint in one statement: one round trip, atomic in autocommit.
             channels, versions, types, datas = (list(c) for c in zip(*blobs))
             params.update(channels=channels, versions=versions, types=types, datas=datas)
-            sql = (
-                f"WITH new_blobs AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
+            ctes.insert(
+                0,
+                f"new_blobs AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
                 "channel, version, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
                 "x.channel, x.version, x.type, x.blob FROM unnest(%(channels)s::text[], "
                 "%(versions)s::text[], %(types)s::text[], %(datas)s::bytea[]) "
-                "AS x(channel, version, type, blob) ON CONFLICT DO NOTHING) " + columns + values
+                "AS x(channel, version, type, blob) ON CONFLICT DO NOTHING "
+                f"RETURNING {self.size('blob')} AS n)",
             )
-        else:
-            sql = columns + values
+            added += " + coalesce((SELECT sum(n) FROM new_blobs), 0)"
+        sql = (
+            "WITH " + ", ".join(ctes) + f" INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
+            "SELECT CAST(%(thread_id)s AS text), CAST(%(head)s AS text), "
+            "CASE WHEN EXISTS (SELECT 1 FROM prior) THEN 0 ELSE 1 END, "
+            f"{added}, %(now)s, %(now)s " + summary_merge(self)
+        )
         return Op(_one(Stmt(sql, params)))
 
     def put_writes_plan(
@@ -160,6 +252,7 @@ class PostgresDialect(Dialect):
         task_path: str,
         rows: list[tuple[int, str, str, bytes]],
         replace: bool,
+        now: datetime,
     ) -> Op[None]:
         conflict = (
             "DO UPDATE SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "
@@ -168,13 +261,24 @@ class PostgresDialect(Dialect):
             else "DO NOTHING"
         )
         idxs, channels, types, datas = (list(c) for c in zip(*rows))
+        # Writes and thread summary in one statement. `prior` (the rows as they were) and
+        # `ins` (what was inserted or replaced) give the bytes added exactly.
         sql = (
-            f"INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-            "task_path, idx, channel, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
-            "%(checkpoint_id)s, %(task_id)s::uuid, %(task_path)s, x.idx, x.channel, x.type, "
-            "x.blob FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], "
-            "%(datas)s::bytea[]) AS x(idx, channel, type, blob) "
-            f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
+            f"WITH prior AS (SELECT w.idx, {self.size('w.blob')} AS n FROM {self.writes} w "
+            "WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s "
+            "AND w.checkpoint_id = %(checkpoint_id)s AND w.task_id = %(task_id)s::uuid "
+            "AND w.idx = ANY(%(idxs)s::int[])), "
+            f"ins AS (INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, "
+            "task_id, task_path, idx, channel, type, blob) SELECT %(thread_id)s, "
+            "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, %(task_path)s, x.idx, "
+            "x.channel, x.type, x.blob FROM unnest(%(idxs)s::int[], %(channels)s::text[], "
+            "%(types)s::text[], %(datas)s::bytea[]) AS x(idx, channel, type, blob) "
+            f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
+            f"RETURNING idx, {self.size('blob')} AS n) "
+            f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
+            "SELECT CAST(%(thread_id)s AS text), NULL, 0, "
+            "coalesce((SELECT sum(n) FROM ins), 0) - coalesce((SELECT sum(prior.n) FROM prior "
+            "WHERE prior.idx IN (SELECT idx FROM ins)), 0), %(now)s, %(now)s " + summary_merge(self)
         )
         params = {
             "thread_id": thread_id,
@@ -186,6 +290,7 @@ class PostgresDialect(Dialect):
             "channels": channels,
             "types": types,
             "datas": datas,
+            "now": self.ts_param(now),
         }
         return Op(_one(Stmt(sql, params)))
 
@@ -201,17 +306,18 @@ class PostgresDialect(Dialect):
     def delete_thread_plan(self, thread_id: str) -> Op[None]:
         sql = (
             f"WITH c AS (DELETE FROM {self.checkpoints} WHERE thread_id = %(t)s), "
-            f"w AS (DELETE FROM {self.writes} WHERE thread_id = %(t)s) "
-            f"DELETE FROM {self.blobs} WHERE thread_id = %(t)s"
+            f"w AS (DELETE FROM {self.writes} WHERE thread_id = %(t)s), "
+            f"b AS (DELETE FROM {self.blobs} WHERE thread_id = %(t)s) "
+            f"DELETE FROM {self.threads} WHERE thread_id = %(t)s"
         )
         return Op(_one(Stmt(sql, {"t": thread_id})))
 
     def copy_thread_plan(self, source: str, target: str) -> Op[None]:
         sql = (
             f"WITH c AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, "
-            "checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata) "
+            "checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata, pinned) "
             "SELECT %(dst)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
-            f"checkpoint, metadata FROM {self.checkpoints} WHERE thread_id = %(src)s "
+            f"checkpoint, metadata, pinned FROM {self.checkpoints} WHERE thread_id = %(src)s "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
             "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
             + self.checkpoint_upsert_values()
@@ -226,7 +332,13 @@ class PostgresDialect(Dialect):
             "SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "
             "type = EXCLUDED.type, blob = EXCLUDED.blob"
         )
-        return Op(_one(Stmt(sql, {"src": source, "dst": target})))
+
+        def plan() -> Plan[None]:
+            yield Stmt(sql, {"src": source, "dst": target})
+            # A second statement: the summary must see the copied rows.
+            yield from each(refresh_summaries_stmts(self, [target], datetime.now(UTC)))
+
+        return Op(plan(), txn=True)
 
     def version_plan(self) -> Plan[str | None]:
         rows = yield Stmt(

@@ -9,11 +9,31 @@ has been released: deserializing values never holds a lock or a pooled connectio
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import AsyncIterator, Coroutine, Generator, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from checkpointer.errors import CheckpointerError
-from checkpointer.savers.base import BaseCheckpointSaver, validate_prune_strategy
+from checkpointer.channels import BaseChannel
+from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
+from checkpointer.lifecycle import (
+    IdleThreadTTL,
+    RetentionPolicy,
+    RetentionReport,
+    SpaceReport,
+    ThreadOutcome,
+    ThreadSort,
+    ThreadSummary,
+    validate_policy,
+)
+from checkpointer.savers.base import (
+    BaseCheckpointSaver,
+    resolve_now,
+    validate_prune_strategy,
+    validate_thread_listing,
+    validate_ttl,
+)
+from checkpointer.savers.sql import lifecycle as lc
 from checkpointer.savers.sql.core import (
     Dialect,
     ListQuery,
@@ -40,6 +60,10 @@ from checkpointer.types import (
     CheckpointTuple,
     DeltaChannelHistory,
     RunnableConfig,
+    checkpoint_id_of,
+    checkpoint_ns_of,
+    make_config,
+    thread_id_of,
 )
 
 T = TypeVar("T")
@@ -148,6 +172,145 @@ class _SqlPrograms:
             out.update(decode_delta_history(rows, chunk, self.serde))
         return out
 
+    # ------------------------------------------------------------ lifecycle
+    def _p_apply_retention(
+        self,
+        policy: RetentionPolicy,
+        thread_ids: Sequence[str] | None,
+        channels: Mapping[str, BaseChannel] | None,
+        dry_run: bool,
+        now: datetime | None,
+    ) -> Program[RetentionReport]:
+        policy = validate_policy(policy)
+        at = resolve_now(now)
+        d = self._dialect
+        report = RetentionReport(policy.describe(), dry_run)
+        if isinstance(policy, IdleThreadTTL):
+            cutoff = at - policy.ttl
+            candidates = yield Op(lc.idle_threads_plan(d, cutoff, thread_ids))
+            still = f"updated_at < {d.typed(d.p('cutoff'), 'ts')}"
+            report.threads = yield from self._p_delete_whole(
+                candidates,
+                still,
+                {"cutoff": d.ts_param(cutoff)},
+                dry_run,
+                spare_interrupted=policy.keep_interrupted,
+            )
+            return report
+        threads = yield Op(lc.thread_ids_plan(d, thread_ids))
+        for thread_id in threads:
+            plan = lc.retain_thread_plan(
+                d, self.serde, thread_id, policy, specs=channels, now=at, dry_run=dry_run
+            )
+            outcome = yield Op(plan, txn=not dry_run)
+            if outcome is not None:
+                report.threads.append(outcome)
+        return report
+
+    def _p_delete_whole(
+        self,
+        candidates: list[lc.Candidate],
+        still: str,
+        params: dict[str, Any],
+        dry_run: bool,
+        *,
+        spare_interrupted: bool,
+    ) -> Program[builtins.list[ThreadOutcome]]:
+        d = self._dialect
+        out: builtins.list[ThreadOutcome] = []
+        for candidate in candidates:
+            skipped = None
+            if candidate.pinned:
+                skipped = "has a pinned checkpoint"
+            elif spare_interrupted and (
+                yield Op(lc.pending_interrupt_plan(d, candidate.thread_id))
+            ):
+                skipped = "waiting on an interrupt"
+            if skipped is not None:
+                out.append(
+                    ThreadOutcome(
+                        candidate.thread_id,
+                        checkpoints_before=candidate.checkpoints,
+                        skipped=skipped,
+                    )
+                )
+                continue
+            plan = lc.delete_whole_thread_plan(
+                d, candidate, still=still, params=params, dry_run=dry_run
+            )
+            out.append((yield Op(plan, txn=not dry_run)))
+        return out
+
+    def _p_sweep_expired(self, now: datetime | None, dry_run: bool) -> Program[RetentionReport]:
+        at = resolve_now(now)
+        d = self._dialect
+        report = RetentionReport("delete threads past their TTL", dry_run)
+        candidates = yield Op(lc.expired_threads_plan(d, at))
+        still = f"expires_at <= {d.typed(d.p('now'), 'ts')}"
+        report.threads = yield from self._p_delete_whole(
+            candidates, still, {"now": d.ts_param(at)}, dry_run, spare_interrupted=False
+        )
+        return report
+
+    def _p_set_pin(self, config: RunnableConfig, pinned: bool) -> Program[RunnableConfig]:
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        found = yield Op(
+            lc.set_pin_plan(self._dialect, thread_id, ns, checkpoint_id, pinned), txn=True
+        )
+        if found is None:
+            if not pinned:
+                return make_config(thread_id, ns, checkpoint_id)
+            raise CheckpointNotFoundError(
+                f"no checkpoint to pin at thread {thread_id!r}, namespace {ns!r}"
+                + (f", id {checkpoint_id!r}" if checkpoint_id else "")
+            )
+        return make_config(thread_id, ns, found)
+
+    def _p_list_pinned(self, thread_id: str) -> Program[builtins.list[RunnableConfig]]:
+        rows = yield Op(lc.list_pinned_plan(self._dialect, str(thread_id)))
+        return [make_config(str(thread_id), ns, cid) for ns, cid in rows]
+
+    def _p_list_threads(
+        self,
+        sort: str,
+        descending: bool,
+        limit: int | None,
+        offset: int,
+        thread_ids: Sequence[str] | None,
+    ) -> Program[builtins.list[ThreadSummary]]:
+        validate_thread_listing(sort, limit, offset)
+        if isinstance(thread_ids, str):
+            thread_ids = [thread_ids]
+        summaries = yield Op(
+            lc.list_threads_plan(
+                self._dialect,
+                sort=sort,
+                descending=descending,
+                limit=limit,
+                offset=offset,
+                thread_ids=thread_ids,
+            )
+        )
+        return summaries
+
+    def _p_set_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> Program[None]:
+        seconds = validate_ttl(ttl)
+        yield Op(lc.set_ttl_plan(self._dialect, str(thread_id), seconds, resolve_now(None)))
+
+    def _p_reclaim_space(self, full: bool) -> Program[SpaceReport]:
+        if self._dialect.name == "sqlite":
+            report = yield Op(lc.sqlite_reclaim_plan(full))
+        else:
+            report = yield Op(lc.postgres_reclaim_plan(self._dialect, full))
+        return report
+
+    def _p_refresh(self, thread_ids: Sequence[str] | None) -> Program[int]:
+        if isinstance(thread_ids, str):
+            thread_ids = [thread_ids]
+        count = yield Op(lc.refresh_plan(self._dialect, thread_ids, resolve_now(None)), txn=True)
+        return count
+
     def _list_page(
         self, query: ListQuery, after: tuple[str, str, str] | None, remaining: int | None
     ) -> tuple[Op[list[Row]], int] | None:
@@ -253,6 +416,51 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return self._drive(self._p_delta_history(config, channels))
+
+    def apply_retention(
+        self,
+        policy: RetentionPolicy,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        channels: Mapping[str, BaseChannel] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        return self._drive(self._p_apply_retention(policy, thread_ids, channels, dry_run, now))
+
+    def sweep_expired(
+        self, *, now: datetime | None = None, dry_run: bool = False
+    ) -> RetentionReport:
+        return self._drive(self._p_sweep_expired(now, dry_run))
+
+    def pin(self, config: RunnableConfig) -> RunnableConfig:
+        return self._drive(self._p_set_pin(config, True))
+
+    def unpin(self, config: RunnableConfig) -> None:
+        self._drive(self._p_set_pin(config, False))
+
+    def list_pinned(self, thread_id: str) -> builtins.list[RunnableConfig]:
+        return self._drive(self._p_list_pinned(thread_id))
+
+    def list_threads(
+        self,
+        *,
+        sort: ThreadSort = "updated",
+        descending: bool = True,
+        limit: int | None = 100,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
+    ) -> builtins.list[ThreadSummary]:
+        return self._drive(self._p_list_threads(sort, descending, limit, offset, thread_ids))
+
+    def set_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> None:
+        self._drive(self._p_set_thread_ttl(thread_id, ttl))
+
+    def reclaim_space(self, *, full: bool = False) -> SpaceReport:
+        return self._drive(self._p_reclaim_space(full))
+
+    def refresh_thread_summaries(self, thread_ids: Sequence[str] | None = None) -> int:
+        return self._drive(self._p_refresh(thread_ids))
 
     def __enter__(self) -> SyncSqlSaver:
         return self
@@ -391,6 +599,53 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._adrive(self._p_delta_history(config, channels))
 
+    async def aapply_retention(
+        self,
+        policy: RetentionPolicy,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        channels: Mapping[str, BaseChannel] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        return await self._adrive(
+            self._p_apply_retention(policy, thread_ids, channels, dry_run, now)
+        )
+
+    async def asweep_expired(
+        self, *, now: datetime | None = None, dry_run: bool = False
+    ) -> RetentionReport:
+        return await self._adrive(self._p_sweep_expired(now, dry_run))
+
+    async def apin(self, config: RunnableConfig) -> RunnableConfig:
+        return await self._adrive(self._p_set_pin(config, True))
+
+    async def aunpin(self, config: RunnableConfig) -> None:
+        await self._adrive(self._p_set_pin(config, False))
+
+    async def alist_pinned(self, thread_id: str) -> builtins.list[RunnableConfig]:
+        return await self._adrive(self._p_list_pinned(thread_id))
+
+    async def alist_threads(
+        self,
+        *,
+        sort: ThreadSort = "updated",
+        descending: bool = True,
+        limit: int | None = 100,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
+    ) -> builtins.list[ThreadSummary]:
+        return await self._adrive(self._p_list_threads(sort, descending, limit, offset, thread_ids))
+
+    async def aset_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> None:
+        await self._adrive(self._p_set_thread_ttl(thread_id, ttl))
+
+    async def areclaim_space(self, *, full: bool = False) -> SpaceReport:
+        return await self._adrive(self._p_reclaim_space(full))
+
+    async def arefresh_thread_summaries(self, thread_ids: Sequence[str] | None = None) -> int:
+        return await self._adrive(self._p_refresh(thread_ids))
+
     # Sync bridges (from another thread only).
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._sync("get_tuple", self.aget_tuple(config))
@@ -445,6 +700,65 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
             "get_delta_channel_history",
             self.aget_delta_channel_history(config=config, channels=channels),
         )
+
+    def apply_retention(
+        self,
+        policy: RetentionPolicy,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        channels: Mapping[str, BaseChannel] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        return self._sync(
+            "apply_retention",
+            self.aapply_retention(
+                policy, thread_ids=thread_ids, channels=channels, dry_run=dry_run, now=now
+            ),
+        )
+
+    def sweep_expired(
+        self, *, now: datetime | None = None, dry_run: bool = False
+    ) -> RetentionReport:
+        return self._sync("sweep_expired", self.asweep_expired(now=now, dry_run=dry_run))
+
+    def pin(self, config: RunnableConfig) -> RunnableConfig:
+        return self._sync("pin", self.apin(config))
+
+    def unpin(self, config: RunnableConfig) -> None:
+        self._sync("unpin", self.aunpin(config))
+
+    def list_pinned(self, thread_id: str) -> builtins.list[RunnableConfig]:
+        return self._sync("list_pinned", self.alist_pinned(thread_id))
+
+    def list_threads(
+        self,
+        *,
+        sort: ThreadSort = "updated",
+        descending: bool = True,
+        limit: int | None = 100,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
+    ) -> builtins.list[ThreadSummary]:
+        return self._sync(
+            "list_threads",
+            self.alist_threads(
+                sort=sort,
+                descending=descending,
+                limit=limit,
+                offset=offset,
+                thread_ids=thread_ids,
+            ),
+        )
+
+    def set_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> None:
+        self._sync("set_thread_ttl", self.aset_thread_ttl(thread_id, ttl))
+
+    def reclaim_space(self, *, full: bool = False) -> SpaceReport:
+        return self._sync("reclaim_space", self.areclaim_space(full=full))
+
+    def refresh_thread_summaries(self, thread_ids: Sequence[str] | None = None) -> int:
+        return self._sync("refresh_thread_summaries", self.arefresh_thread_summaries(thread_ids))
 
     async def __aenter__(self) -> AsyncSqlSaver:
         return self

@@ -16,12 +16,13 @@ from sqlalchemy.dialects import postgresql
 CHECKPOINTS = "checkpointer_checkpoints"
 BLOBS = "checkpointer_blobs"
 WRITES = "checkpointer_writes"
+THREADS = "checkpointer_threads"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
-KNOWN_REVISIONS: tuple[str, ...] = ("0001",)
+KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002")
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
 
@@ -49,6 +50,12 @@ def task_id_type() -> sa.types.TypeEngine[str]:
     return sa.Text().with_variant(postgresql.UUID(as_uuid=False), "postgresql")
 
 
+def timestamp() -> sa.types.TypeEngine[str]:
+    """`timestamptz` on PostgreSQL; on SQLite UTC text `YYYY-MM-DD HH:MM:SS.SSS`, which
+    sorts in time order and is what SQLite's own date functions produce and read."""
+    return sa.Text().with_variant(postgresql.TIMESTAMP(timezone=True), "postgresql")
+
+
 def build_metadata(schema: str | None = None) -> sa.MetaData:
     """The tables, optionally inside a PostgreSQL schema (SQLite has none)."""
     metadata = sa.MetaData(schema=schema)
@@ -65,6 +72,8 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         # versions_seen, updated_channels), as JSON so SQL can read channel_versions.
         sa.Column("checkpoint", json_doc(), nullable=False),
         sa.Column("metadata", json_doc(), nullable=False),
+        # Pinned checkpoints survive every retention policy (and keep their thread alive).
+        sa.Column("pinned", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.PrimaryKeyConstraint(
             "thread_id", "checkpoint_ns", "checkpoint_id", name=f"{CHECKPOINTS}_pkey"
         ),
@@ -103,6 +112,27 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
             "idx",
             name=f"{WRITES}_pkey",
         ),
+    )
+    # One row per thread, kept current by every write and delete in the same transaction, so
+    # listing threads and sweeping expired ones never scan checkpoints.
+    sa.Table(
+        THREADS,
+        metadata,
+        sa.Column("thread_id", key_text(), nullable=False),
+        # Newest checkpoint of the root namespace.
+        sa.Column("head_checkpoint_id", key_text(), nullable=True),
+        sa.Column("checkpoint_count", sa.BigInteger(), nullable=False, server_default="0"),
+        # Stored payload: checkpoint records and metadata, values, pending writes.
+        sa.Column("bytes", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("pinned_count", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("created_at", timestamp(), nullable=False),
+        # Last checkpoint or pending write: what "idle" and TTLs are measured from.
+        sa.Column("updated_at", timestamp(), nullable=False),
+        sa.Column("ttl_seconds", sa.Float(), nullable=True),
+        sa.Column("expires_at", timestamp(), nullable=True),
+        sa.PrimaryKeyConstraint("thread_id", name=f"{THREADS}_pkey"),
+        sa.Index(f"{THREADS}_updated_at_idx", "updated_at"),
+        sa.Index(f"{THREADS}_expires_at_idx", "expires_at"),
     )
     return metadata
 

@@ -4,11 +4,47 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from checkpointer.savers.sql.core import Dialect, Op, Plan, Stmt, dumps_json
+from checkpointer.savers.sql.core import (
+    SUMMARY_COLUMNS,
+    Dialect,
+    Op,
+    Plan,
+    Stmt,
+    dumps_json,
+    each,
+    refresh_summaries_stmts,
+    summary_merge,
+)
 from checkpointer.savers.sql.migration import plan_upgrade
-from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, VERSION_TABLE, WRITES
+from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
+
+SQLITE_TS_FORMAT = "%Y-%m-%d %H:%M:%f"
+"""What SQLite's strftime writes and the summary table stores (UTC, milliseconds)."""
+
+
+def format_ts(when: datetime) -> str:
+    """A datetime as SQLite's `strftime(SQLITE_TS_FORMAT, ...)` writes it, in UTC."""
+    utc = when.astimezone(UTC)
+    return utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
+
+
+def parse_ts(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 class SqliteDialect(Dialect):
@@ -16,6 +52,7 @@ class SqliteDialect(Dialect):
     checkpoints = CHECKPOINTS
     blobs = BLOBS
     writes = WRITES
+    threads = THREADS
 
     def __init__(self, where: str = "SQLite database") -> None:
         self._where = where
@@ -64,6 +101,33 @@ class SqliteDialect(Dialect):
         # the path is still bound as a parameter, never spliced into the SQL.
         return f'$."{key}"', dumps_json(value)
 
+    def ts_param(self, when: datetime) -> Any:
+        return format_ts(when)
+
+    def decode_ts(self, value: Any) -> datetime | None:
+        return parse_ts(value)
+
+    def add_seconds(self, ts: str, seconds: str) -> str:
+        return f"strftime('{SQLITE_TS_FORMAT}', {ts}, '+' || ({seconds}) || ' seconds')"
+
+    def size(self, column: str, *, text: bool = False) -> str:
+        # length() of a BLOB is its byte count, read without loading overflow pages.
+        return f"length(CAST({column} AS BLOB))" if text else f"length({column})"
+
+    def json_field(self, column: str, key: str) -> str:
+        return f"json_extract({column}, '$.{key}')"
+
+    def ids_table(self, name: str) -> str:
+        return f"(SELECT value AS tid FROM json_each({self.p(name)}))"
+
+    def insert_blobs(self, thread_id: str, rows: list[tuple[str, str, str, str, bytes]]) -> Stmt:
+        return Stmt(
+            f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [(thread_id, *row) for row in rows],
+            many=True,
+        )
+
     def put_plan(
         self,
         thread_id: str,
@@ -74,8 +138,35 @@ class SqliteDialect(Dialect):
         record: str,
         metadata: str,
         blobs: list[tuple[str, str, str, bytes]],
+        now: datetime,
     ) -> Op[None]:
+        # The summary goes first: its deltas compare with the rows as they were (a re-put
+        # checkpoint or an existing blob adds nothing).
+        summary = Stmt(
+            f"INSERT INTO {THREADS} ({SUMMARY_COLUMNS}) "
+            "SELECT :thread_id, :head, CASE WHEN p.n IS NULL THEN 1 ELSE 0 END, "
+            ":size - coalesce(p.n, 0) + (SELECT coalesce(sum(json_extract(j.value, '$[2]')), 0) "
+            "FROM json_each(:blobs) j WHERE NOT EXISTS (SELECT 1 FROM "
+            f"{BLOBS} b WHERE b.thread_id = :thread_id AND b.checkpoint_ns = :checkpoint_ns "
+            "AND b.channel = json_extract(j.value, '$[0]') "
+            "AND b.version = json_extract(j.value, '$[1]'))), :now, :now "
+            "FROM (SELECT 1) one LEFT JOIN (SELECT "
+            f"{self.size('checkpoint', text=True)} + {self.size('metadata', text=True)} AS n "
+            f"FROM {CHECKPOINTS} WHERE thread_id = :thread_id AND checkpoint_ns = :checkpoint_ns "
+            "AND checkpoint_id = :checkpoint_id) p ON true WHERE true " + summary_merge(self),
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "head": checkpoint_id if ns == "" else None,
+                "size": _utf8_len(record) + _utf8_len(metadata),
+                "blobs": json.dumps([[b[0], b[1], len(b[3])] for b in blobs]),
+                "now": format_ts(now),
+            },
+        )
+
         def plan() -> Plan[None]:
+            yield summary
             if blobs:
                 yield Stmt(
                     f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, "
@@ -92,7 +183,7 @@ class SqliteDialect(Dialect):
                 (thread_id, ns, checkpoint_id, parent_id, run_id, record, metadata),
             )
 
-        return Op(plan(), txn=bool(blobs))
+        return Op(plan(), txn=True)
 
     def put_writes_plan(
         self,
@@ -103,6 +194,7 @@ class SqliteDialect(Dialect):
         task_path: str,
         rows: list[tuple[int, str, str, bytes]],
         replace: bool,
+        now: datetime,
     ) -> Op[None]:
         conflict = (
             "DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel, "
@@ -116,14 +208,36 @@ class SqliteDialect(Dialect):
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
         )
         params = [(thread_id, ns, checkpoint_id, task_id, task_path, *r) for r in rows]
+        # Bytes added: a replacing batch adds the difference with what it replaces; an
+        # insert-if-absent batch only what is absent.
+        summary = Stmt(
+            f"INSERT INTO {THREADS} ({SUMMARY_COLUMNS}) "
+            "SELECT :thread_id, NULL, 0, (SELECT coalesce(sum(CASE WHEN w.blob IS NULL "
+            "THEN json_extract(j.value, '$[1]') WHEN :replace "
+            f"THEN json_extract(j.value, '$[1]') - {self.size('w.blob')} ELSE 0 END), 0) "
+            f"FROM json_each(:rows) j LEFT JOIN {WRITES} w ON w.thread_id = :thread_id "
+            "AND w.checkpoint_ns = :checkpoint_ns AND w.checkpoint_id = :checkpoint_id "
+            "AND w.task_id = :task_id AND w.idx = json_extract(j.value, '$[0]')), :now, :now "
+            "WHERE true " + summary_merge(self),
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "replace": int(replace),
+                "rows": json.dumps([[r[0], len(r[3])] for r in rows]),
+                "now": format_ts(now),
+            },
+        )
 
         def plan() -> Plan[None]:
+            yield summary
             if len(params) == 1:
                 yield Stmt(sql, params[0])
             else:
                 yield Stmt(sql, params, many=True)
 
-        return Op(plan(), txn=len(params) > 1)
+        return Op(plan(), txn=True)
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
         where = " AND ".join(f"{c} = ?" for c in columns)
@@ -131,7 +245,7 @@ class SqliteDialect(Dialect):
 
     def delete_thread_plan(self, thread_id: str) -> Op[None]:
         def plan() -> Plan[None]:
-            for table in (CHECKPOINTS, WRITES, BLOBS):
+            for table in (CHECKPOINTS, WRITES, BLOBS, THREADS):
                 yield Stmt(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
         return Op(plan(), txn=True)
@@ -141,9 +255,9 @@ class SqliteDialect(Dialect):
             params = {"src": source, "dst": target}
             yield Stmt(
                 f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, checkpoint, metadata) "
+                "parent_checkpoint_id, run_id, checkpoint, metadata, pinned) "
                 "SELECT :dst, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
-                f"checkpoint, metadata FROM {CHECKPOINTS} WHERE thread_id = :src "
+                f"checkpoint, metadata, pinned FROM {CHECKPOINTS} WHERE thread_id = :src "
                 "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
                 "parent_checkpoint_id = excluded.parent_checkpoint_id, "
                 + self.checkpoint_upsert_values(),
@@ -165,6 +279,7 @@ class SqliteDialect(Dialect):
                 "type = excluded.type, blob = excluded.blob",
                 params,
             )
+            yield from each(refresh_summaries_stmts(self, [target], datetime.now(UTC)))
 
         return Op(plan(), txn=True)
 

@@ -41,6 +41,9 @@ def run_sqlite_op(conn: sqlite3.Connection, op: Op[T], trace: StatementHook | No
     def execute(stmt: Stmt) -> list[Row]:
         if trace is not None:
             trace(stmt.sql)
+        if stmt.script:
+            conn.executescript(stmt.sql)
+            return []
         if stmt.many:
             conn.executemany(stmt.sql, stmt.params)
             return []
@@ -75,6 +78,12 @@ def sqlite_pragmas(busy_timeout: float, synchronous: str) -> list[str]:
         f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}",
         f"PRAGMA synchronous = {synchronous.upper()}",
     ]
+
+
+FILE_PRAGMAS = ("PRAGMA auto_vacuum = INCREMENTAL", "PRAGMA journal_mode = WAL")
+"""Settings of a database file. auto_vacuum only takes effect on a file that has no table
+yet (a new database, or at the next VACUUM), which is why every connection asks for it:
+`reclaim_space()` can then shrink the file with an incremental vacuum."""
 
 
 def is_memory_path(path: str) -> bool:
@@ -159,7 +168,8 @@ class SqliteExecutor:
         for pragma in self._pragmas:
             conn.execute(pragma)
         if not is_memory_path(self.path or ""):
-            conn.execute("PRAGMA journal_mode = WAL")
+            for pragma in FILE_PRAGMAS:
+                conn.execute(pragma).fetchall()
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
@@ -228,6 +238,9 @@ class PostgresExecutor:
             self.trace(stmt.sql)
         if stmt.many:
             cur.executemany(stmt.sql, stmt.params)
+            return []
+        if stmt.script:
+            cur.execute(stmt.sql, prepare=False)
             return []
         cur.execute(stmt.sql, stmt.params or None, prepare=self._prepare)
         return cur.fetchall() if stmt.fetch else []
