@@ -118,3 +118,13 @@ def test_settings_are_validated_and_the_inner_serializer_stays_reachable() -> No
     serde = CompressingSerializer(inner)
     assert serde.inner is inner and serde.allowed_types == inner.allowed_types
     assert "threshold=1024" in repr(serde)
+
+
+def test_a_plain_msgpack_serializer_reads_compressed_values() -> None:
+    from checkpointer.serde import MsgpackSerializer
+    from checkpointer.serde.compression import CompressingSerializer
+
+    value = {"text": "lorem ipsum " * 500}
+    stored = CompressingSerializer(threshold=16).dumps_typed(value)
+    assert stored[0].endswith("+zstd")
+    assert MsgpackSerializer().loads_typed(stored) == value

@@ -386,6 +386,11 @@ class MsgpackSerializer:
         if not isinstance(data, tuple | list) or len(data) != 2:
             raise DeserializationError(f"expected a (tag, bytes) pair, got {type(data).__name__}")
         tag, raw = data
+        if isinstance(tag, str) and tag.endswith("+zstd"):
+            # Written by CompressingSerializer: readable whatever this serializer's settings.
+            from checkpointer.serde.compression import decompress_typed
+
+            tag, raw = decompress_typed((tag, raw))
         if not isinstance(raw, bytes | bytearray | memoryview):
             raise DeserializationError(f"expected bytes for tag {tag!r}, got {type(raw).__name__}")
         if tag == TAG_MSGPACK:
