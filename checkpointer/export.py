@@ -325,7 +325,7 @@ def import_plan(
                 raise ExportFormatError(f"line {n}: 'idx' must be an integer")
             task_id = _str(record, "task_id", n)
             try:
-                d.encode_task_id(task_id)
+                d.encode_write_key(task_id, idx)
             except ValueError as exc:
                 raise ExportFormatError(f"line {n}: {exc}") from exc
             writes.append(

@@ -214,6 +214,13 @@ class Dialect:
         """The stored form of a task id: the ONE place that conversion happens."""
         raise NotImplementedError
 
+    def encode_write_key(self, task_id: str, idx: int) -> tuple[Any, int]:
+        """The stored `(task_id, idx)` of a write; `decode_write_key` inverts it exactly."""
+        return self.encode_task_id(task_id), idx
+
+    def decode_write_key(self, stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
+        return str(stored_task_id), int(stored_idx)
+
     def versions_join(self, record: str, alias: str) -> str:
         """A FROM fragment listing `record`'s channel_versions as rows (`alias`.key, .value)."""
         raise NotImplementedError
@@ -480,7 +487,7 @@ def list_page_stmt(
     return Stmt(d.sql(("list", *where), build), params, fetch=True)
 
 
-def decode_tuples(rows: Iterable[Row], serde: Serializer) -> list[CheckpointTuple]:
+def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> list[CheckpointTuple]:
     """Rows of `_tuples_sql` (grouped per checkpoint, checkpoint row first) to tuples.
 
     Row: (thread, ns, checkpoint_id, kind, a, b, c, d, n, data, rec, meta) where kind 0 is
@@ -519,7 +526,8 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer) -> list[CheckpointTupl
         elif kind == 1:
             values[row[4]] = loads((row[7], bytes(row[9])))
         else:
-            writes.append((str(row[5]), row[6], loads((row[7], bytes(row[9])))))
+            task_id, _ = d.decode_write_key(row[5], row[8])
+            writes.append((task_id, row[6], loads((row[7], bytes(row[9])))))
     if head is not None:
         flush()
     return out
@@ -644,7 +652,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
 
 
 def decode_delta_history(
-    rows: Iterable[Row], channels: Sequence[str], serde: Serializer
+    rows: Iterable[Row], channels: Sequence[str], serde: Serializer, d: Dialect
 ) -> dict[str, DeltaChannelHistory]:
     """Rows (kind, depth, channel, task_path, task_id, idx, type, blob), seeds first, then
     writes oldest first, to one history per channel."""
@@ -653,7 +661,7 @@ def decode_delta_history(
     def loads(data: tuple[str, bytes]) -> Any:
         return load_typed(serde, data)
 
-    for kind, _depth, channel, _path, task_id, _idx, type_, blob in rows:
+    for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob in rows:
         entry = out.get(channel)
         if entry is None:
             continue
@@ -661,7 +669,8 @@ def decode_delta_history(
         if kind == 0:
             entry["seed"] = value
         else:
-            entry["writes"].append((str(task_id), channel, value))
+            task_id, _ = d.decode_write_key(stored_task_id, stored_idx)
+            entry["writes"].append((task_id, channel, value))
     return out
 
 
@@ -732,12 +741,12 @@ def put_writes_op(
         raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
     if not writes:
         return None
-    stored_task_id = d.encode_task_id(task_id)
+    stored_task_id, _ = d.encode_write_key(task_id, 0)
     replace = is_special_batch([channel for channel, _ in writes])
     dumps = serde.dumps_typed
     rows: dict[int, tuple[int, str, str, bytes]] = {}
     for position, (channel, value) in enumerate(writes):
-        idx = write_idx(channel, position)
+        _, idx = d.encode_write_key(task_id, write_idx(channel, position))
         if idx in rows and not replace:
             continue
         rows[idx] = (idx, channel, *dumps(value))

@@ -295,13 +295,12 @@ def skeleton_plan(d: Dialect, thread_id: str, ns: str) -> Plan[dict[str, Skeleto
         {**params, "interrupt": INTERRUPT},
         fetch=True,
     )
-    for cid, task_id, task_path, idx, channel, type_, blob in write_rows:
+    for cid, stored_task_id, task_path, stored_idx, channel, type_, blob in write_rows:
         node = nodes.get(str(cid))
         if node is not None:
             raw = None if type_ is None else (str(type_), bytes(blob or b""))
-            node.writes.append(
-                WriteInfo(str(task_id), str(task_path or ""), int(idx), str(channel), raw)
-            )
+            task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
+            node.writes.append(WriteInfo(task_id, str(task_path or ""), idx, str(channel), raw))
     return nodes
 
 
@@ -412,7 +411,7 @@ def raw_tuple_plan(
         metadata=json_doc(metadata),
         blobs={str(ch): (str(t), bytes(b)) for ch, t, b in blob_rows},
         writes=[
-            RawWrite(checkpoint_id, str(tid), str(path or ""), int(idx), str(ch), str(t), bytes(b))
+            RawWrite(checkpoint_id, *_key(d, tid, idx, path), str(ch), str(t), bytes(b))
             for tid, path, idx, ch, t, b in write_rows
         ],
     )
@@ -444,9 +443,15 @@ def raw_writes_plan(
         sql += f" AND {d.in_list('channel', 'channels')}"
     rows = yield Stmt(sql + " ORDER BY checkpoint_id, task_path, 2, idx", params, fetch=True)
     return [
-        RawWrite(str(cid), str(tid), str(path or ""), int(idx), str(ch), str(t), bytes(b))
+        RawWrite(str(cid), *_key(d, tid, idx, path), str(ch), str(t), bytes(b))
         for cid, tid, path, idx, ch, t, b in rows
     ]
+
+
+def _key(d: Dialect, stored_task_id: Any, stored_idx: Any, path: Any) -> tuple[str, str, int]:
+    """`(task_id, task_path, idx)` of a stored write, as it was given to put_writes."""
+    task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
+    return task_id, str(path or ""), idx
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,8 +482,11 @@ def raw_delta_history_plan(
                 int(depth),
                 str(channel),
                 str(path or ""),
-                "" if task_id is None else str(task_id),
-                -1 if idx is None else int(idx),
+                *(
+                    ("", -1)
+                    if task_id is None
+                    else d.decode_write_key(task_id, -1 if idx is None else idx)
+                ),
                 str(type_),
                 bytes(blob),
             )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -52,6 +53,35 @@ def encode_task_id(task_id: str) -> str:
     return canonical
 
 
+# LangGraph's exit-durability writes of a negative step carry ids like
+# "-0000001-0000-0000-0000-000000000000": the step in decimal, then a UUID's last four groups.
+# Not a UUID, so the uuid column stores "00000000-<same groups>" and the step moves into
+# `idx`, shifted far below any real slot. Rows still sort as the text ids do (the shifted
+# idx of step -2 < step -1 < any real slot), and decoding gives back the exact string.
+_NEGATIVE_STEP_ID = re.compile(r"^-(\d{7})-([0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+_STEP_SHIFT = 1 << 24
+_MAX_SHIFTED_STEPS = 100
+
+
+def encode_write_key(task_id: str, idx: int) -> tuple[str, int]:
+    """The stored `(task_id, idx)` of a write on PostgreSQL (see `_NEGATIVE_STEP_ID`)."""
+    match = _NEGATIVE_STEP_ID.match(task_id) if isinstance(task_id, str) else None
+    if match is None:
+        return encode_task_id(task_id), idx
+    step = int(match.group(1))
+    if not 1 <= step <= _MAX_SHIFTED_STEPS or not -_STEP_SHIFT // 2 < idx < _STEP_SHIFT // 2:
+        raise ValueError(f"task id {task_id!r} with slot {idx} cannot be stored losslessly")
+    return f"00000000-{match.group(2)}", idx - step * _STEP_SHIFT
+
+
+def decode_write_key(stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
+    text, idx = str(stored_task_id), int(stored_idx)
+    if idx > -_STEP_SHIFT // 2:
+        return text, idx
+    step = -round(idx / _STEP_SHIFT)
+    return f"-{step:07d}-{text[9:]}", idx + step * _STEP_SHIFT
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
 
@@ -92,6 +122,12 @@ class PostgresDialect(Dialect):
 
     def encode_task_id(self, task_id: str) -> Any:
         return encode_task_id(task_id)
+
+    def encode_write_key(self, task_id: str, idx: int) -> tuple[Any, int]:
+        return encode_write_key(task_id, idx)
+
+    def decode_write_key(self, stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
+        return decode_write_key(stored_task_id, stored_idx)
 
     def lookup(self, table: str, alias: str, columns: str, condition: str) -> str:
         # OFFSET 0 keeps the subquery from being flattened back into a plain join.

@@ -108,7 +108,7 @@ class _SqlPrograms:
 
     def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
         rows: list[Row] = yield Op(single(get_tuple_stmt(self._dialect, config)))
-        tuples = decode_tuples(rows, self.serde)
+        tuples = decode_tuples(rows, self.serde, self._dialect)
         return tuples[0] if tuples else None
 
     def _p_put(
@@ -169,7 +169,7 @@ class _SqlPrograms:
         out: dict[str, DeltaChannelHistory] = {}
         for chunk, stmt in delta_history_stmts(self._dialect, config, channels):
             rows: list[Row] = yield Op(single(stmt))
-            out.update(decode_delta_history(rows, chunk, self.serde))
+            out.update(decode_delta_history(rows, chunk, self.serde, self._dialect))
         return out
 
     # ------------------------------------------------------------ lifecycle
@@ -372,7 +372,7 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         while (page := self._list_page(query, after, remaining)) is not None:
             op, size = page
             rows = self._drive(_run_one(op))
-            tuples = decode_tuples(rows, self.serde)
+            tuples = decode_tuples(rows, self.serde, self._dialect)
             # No lock and no connection is held while the caller consumes the page.
             yield from tuples
             if len(tuples) < size:
@@ -554,7 +554,7 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         while (page := self._list_page(query, after, remaining)) is not None:
             op, size = page
             rows = await self._adrive(_run_one(op))
-            tuples = decode_tuples(rows, self.serde)
+            tuples = decode_tuples(rows, self.serde, self._dialect)
             for tup in tuples:
                 yield tup
             if len(tuples) < size:

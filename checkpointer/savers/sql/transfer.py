@@ -138,7 +138,8 @@ def writes_page_plan(
         f"channel, type, blob FROM {d.writes} WHERE thread_id = {d.p('thread_id')}"
     )
     if after is not None:
-        params["a_ns"], params["a_id"], params["a_task"], params["a_idx"] = after
+        params["a_ns"], params["a_id"] = after[0], after[1]
+        params["a_task"], params["a_idx"] = d.encode_write_key(after[2], after[3])
         sql += (
             " AND (checkpoint_ns, checkpoint_id, task_id, idx) > "
             f"({d.p('a_ns')}, {d.p('a_id')}, {_task_id_param(d, 'a_task')}, {d.p('a_idx')})"
@@ -153,8 +154,7 @@ def writes_page_plan(
             thread_id,
             str(ns),
             str(cid),
-            str(tid),
-            int(idx),
+            *d.decode_write_key(tid, idx),
             str(path or ""),
             str(ch),
             str(t),
@@ -226,8 +226,8 @@ def insert_writes_stmt(d: Dialect, rows: Sequence[WriteRow]) -> Stmt:
                 "thread_id": r.thread_id,
                 "checkpoint_ns": r.checkpoint_ns,
                 "checkpoint_id": r.checkpoint_id,
-                "task_id": d.encode_task_id(r.task_id),
-                "idx": r.idx,
+                "task_id": d.encode_write_key(r.task_id, r.idx)[0],
+                "idx": d.encode_write_key(r.task_id, r.idx)[1],
                 "task_path": r.task_path,
                 "channel": r.channel,
                 "type": r.type,
