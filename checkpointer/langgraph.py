@@ -165,8 +165,10 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
             base, allowed_types=allowed_types, allowed_modules=allowed_modules
         )
         super().__init__(serde=serde)
-        self.saver = copy.copy(saver)
-        self.saver.serde = serde
+        # The saver itself learns LangGraph's types too, so reading it directly (list, the
+        # CLI's API, retention with materialization) loads what LangGraph stored.
+        saver.serde = serde
+        self.saver = saver
 
     # LangGraph calls this when it compiles a graph, with (module, name) of its state types.
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> LangGraphSaver:

@@ -105,6 +105,10 @@ class Chain:
             new_versions[ch] = versions[ch]
         cp = checkpoint(versions, stored, checkpoint_id)
         meta = {"source": "loop", "step": self.step_no, **(metadata or {})}
+        # As runtimes do: every channel rebuilt from writes has non-zero delta counters.
+        counters = {ch: (1, 1) for ch in versions if ch not in (stored or {})}
+        if counters:
+            meta.setdefault("counters_since_delta_snapshot", counters)
         config = await self.h.put(parent, cp, meta, new_versions)  # type: ignore[arg-type]
         self.versions[cp["id"]] = versions
         self.configs.append(config)
@@ -545,9 +549,9 @@ async def test_prune_keep_latest_keeps_delta_history(harness: Harness) -> None:
     kept_sub = [t for t in after if t.config["configurable"]["checkpoint_ns"] == "sub:1"]
     assert ids_of(kept_sub) == [sub.head["configurable"]["checkpoint_id"]]
 
-    # Snapshot d at a new head: now only the chain back to e's seed (2) must stay.
+    # Snapshot d at a new head: the head replays e from 2, and what is kept must read back
+    # too: 2, 3 and 4 replay d from 0, so nothing can go yet.
     await chain.step(writes=[("t", "", [("d", 5)])], stored={"d": ["d-snap"]})
-    # Only channels without a stored value at the head are ever rebuilt from history.
     channels = ["e"]
     history_before = await harness.delta(chain.head, channels)
     await harness.prune([chain.thread_id])
@@ -556,10 +560,18 @@ async def test_prune_keep_latest_keeps_delta_history(harness: Harness) -> None:
         for t in await _snapshot(harness, chain.thread_id)
         if t.config["configurable"]["checkpoint_ns"] == ""
     ]
-    assert (
-        ids_of(kept_root) == [c["configurable"]["checkpoint_id"] for c in chain.configs[2:]][::-1]
-    )
+    assert ids_of(kept_root) == [c["configurable"]["checkpoint_id"] for c in chain.configs][::-1]
     assert await harness.delta(chain.head, channels) == history_before
+
+    # Snapshot e as well: now the head stands alone.
+    await chain.step(writes=[("t", "", [("e", 6)])], stored={"e": ["e-snap-2"]})
+    await harness.prune([chain.thread_id])
+    kept_root = [
+        t
+        for t in await _snapshot(harness, chain.thread_id)
+        if t.config["configurable"]["checkpoint_ns"] == ""
+    ]
+    assert ids_of(kept_root) == [chain.head["configurable"]["checkpoint_id"]]
 
 
 # ------------------------------------------------------------------ delta history

@@ -8,6 +8,7 @@ the real run does.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -27,13 +28,18 @@ from checkpointer.cli.common import (
 from checkpointer.cli.render import human_bytes
 from checkpointer.inspect import Database, ThreadEffect, measure, simulate
 from checkpointer.savers.base import PRUNE_STRATEGIES
-from checkpointer.savers.sql.core import Plan, delete_for_runs_plan, prune_plan
+from checkpointer.savers.sql.core import Plan, delete_for_runs_plan
 from checkpointer.savers.sql.inspect import (
     existing_threads_plan,
     footprint_plan,
     threads_of_runs_plan,
 )
+from checkpointer.savers.sql.lifecycle import prune_keep_latest_plan
 from checkpointer.savers.sql.transfer import ForkResult, fork_in_place_plan, fork_to_thread_plan
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _effects_json(effects: list[ThreadEffect], dry_run: bool, **extra: Any) -> dict[str, Any]:
@@ -305,7 +311,7 @@ def prune(
         with progress(f"pruning {len(threads)} thread(s)"):
             if dry_run:
                 action = (
-                    prune_plan(db.dialect, threads)
+                    prune_keep_latest_plan(db.dialect, db.saver.serde, threads, _now())
                     if strategy == "keep_latest"
                     else _chain(*(_dialect_thread_delete(db, t) for t in threads))
                 )

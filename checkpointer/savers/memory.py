@@ -18,6 +18,7 @@ from checkpointer.channels import BaseChannel
 from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
 from checkpointer.lifecycle import (
     IdleThreadTTL,
+    KeepLast,
     RetentionPolicy,
     RetentionReport,
     ThreadOutcome,
@@ -42,6 +43,7 @@ from checkpointer.savers.retention import (
     NodeShape,
     ThreadPlan,
     ThreadShape,
+    delta_channels_of,
     has_pending_interrupt,
     materialize_values,
     parse_ts,
@@ -95,6 +97,7 @@ class _StoredCheckpoint:
     writes: dict[tuple[str, int], _StoredWrite] = field(default_factory=dict)
     ts: str | None = None
     pinned: bool = False
+    delta_channels: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -263,6 +266,7 @@ class InMemorySaver(BaseCheckpointSaver):
             channel_versions=dict(checkpoint["channel_versions"]),
             run_id=_run_id(metadata),
             ts=checkpoint.get("ts"),
+            delta_channels=delta_channels_of(metadata.get("counters_since_delta_snapshot")),
         )
         with self._lock:
             self._touch(thread_id)
@@ -354,6 +358,7 @@ class InMemorySaver(BaseCheckpointSaver):
                         writes=dict(stored.writes),
                         ts=stored.ts,
                         pinned=stored.pinned,
+                        delta_channels=stored.delta_channels,
                     )
             for (thread_id, ns, channel, version), blob in list(self._blobs.items()):
                 if thread_id == source_thread_id:
@@ -367,14 +372,10 @@ class InMemorySaver(BaseCheckpointSaver):
             for thread_id in thread_ids:
                 if strategy == "delete":
                     self.delete_thread(thread_id)
-                    continue
-                for ns, namespace in self._threads.get(thread_id, {}).items():
-                    if not namespace:
-                        continue
-                    keep = _needed_for_head(thread_id, ns, namespace, self._blobs)
-                    for cid in set(namespace) - keep:
-                        del namespace[cid]
             self._drop_unreferenced_blobs()
+            if strategy == "keep_latest":
+                # The head of each namespace, and whatever keeps every kept one readable.
+                self.apply_retention(KeepLast(1), thread_ids=list(thread_ids))
 
     # ----------------------------------------------------- retention, summaries
     def apply_retention(
@@ -535,6 +536,7 @@ class InMemorySaver(BaseCheckpointSaver):
                     writes=len(stored.writes),
                     writes_size=sum(len(w.value[1]) for w in stored.writes.values()),
                     interrupted=any(w.channel == INTERRUPT for w in stored.writes.values()),
+                    delta_channels=stored.delta_channels,
                 )
                 for cid, stored in namespace.items()
             }
@@ -664,11 +666,11 @@ def _run_id(metadata: Mapping[str, Any]) -> str | None:
 def _unstored_channels(
     thread_id: str, ns: str, stored: _StoredCheckpoint, blobs: Mapping[BlobKey, Typed]
 ) -> set[str]:
-    """Channels with a version but no value here: their value comes from the ancestors."""
+    """Delta channels with a version but no value here: their value comes from ancestors."""
     return {
         channel
         for channel, version in stored.channel_versions.items()
-        if (thread_id, ns, channel, str(version)) not in blobs
+        if channel in stored.delta_channels and (thread_id, ns, channel, str(version)) not in blobs
     }
 
 
@@ -694,13 +696,6 @@ def _history_ancestors(
         }
         cursor = ancestor.parent_id
     return chain
-
-
-def _needed_for_head(
-    thread_id: str, ns: str, namespace: Namespace, blobs: Mapping[BlobKey, Typed]
-) -> set[str]:
-    head = max(namespace)
-    return {head, *_history_ancestors(thread_id, ns, namespace, head, blobs)}
 
 
 def _refuse_if_history_severed(

@@ -11,6 +11,7 @@ the ancestors can go. Channels the specs do not cover are always handled the saf
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +35,9 @@ class NodeShape:
     writes: int = 0
     writes_size: int = 0
     interrupted: bool = False
+    delta_channels: frozenset[str] | None = None
+    """Channels this checkpoint rebuilds from ancestor writes (its metadata's delta
+    counters); None when unknown, and then every channel without a value counts."""
 
 
 @dataclass(slots=True)
@@ -73,6 +77,23 @@ class ThreadPlan:
     @property
     def changes_anything(self) -> bool:
         return bool(self.materialize) or any(self.delete.values())
+
+
+def delta_channels_of(metadata_counters: Any) -> frozenset[str]:
+    """The delta channels a checkpoint replays, from its `counters_since_delta_snapshot`.
+
+    Runtimes (ours and LangGraph's) record non-zero counters for every delta channel not
+    snapshotted at that checkpoint, so a channel without a value and without counters is
+    not a delta channel there.
+    """
+    if isinstance(metadata_counters, str):
+        try:
+            metadata_counters = json.loads(metadata_counters)
+        except ValueError:
+            return frozenset()
+    if isinstance(metadata_counters, Mapping):
+        return frozenset(str(k) for k in metadata_counters)
+    return frozenset()
 
 
 def parse_ts(value: Any) -> datetime | None:
@@ -159,15 +180,16 @@ class _Closure:
         version = node.versions.get(channel)
         return version is not None and (channel, version) in self.stored
 
-    def _relevant(self, channel: str) -> bool:
+    def _relevant(self, node: NodeShape, channel: str) -> bool:
         """Whether a reader walks ancestors for this channel when no value is stored.
 
-        Without specs any channel might be a delta channel. With specs, readers only walk
-        for delta (and reducer) channels; channels the specs do not name stay cautious.
+        With specs, readers only walk for delta (and reducer) channels. Otherwise the
+        checkpoint's own delta counters say which channels are delta channels (a trigger
+        channel that was cleared has a version and no value too, and needs no history).
         """
-        if self.specs is None or channel not in self.specs:
-            return True
-        return isinstance(self.specs[channel], DeltaChannel | BinaryOperatorAggregate)
+        if self.specs is not None and channel in self.specs:
+            return isinstance(self.specs[channel], DeltaChannel | BinaryOperatorAggregate)
+        return node.delta_channels is None or channel in node.delta_channels
 
     def _can_materialize(self, checkpoint_id: str, channel: str) -> bool:
         return (
@@ -199,7 +221,7 @@ class _Closure:
             for cid in sorted(keep, key=lambda c: (depth.get(c, 0), c)):
                 node = self.nodes[cid]
                 for channel, version in sorted(node.versions.items()):
-                    if (channel, version) in self.stored or not self._relevant(channel):
+                    if (channel, version) in self.stored or not self._relevant(node, channel):
                         continue
                     chain = self._walk(cid, channel)
                     if all(a in keep for a in chain):

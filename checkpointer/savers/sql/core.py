@@ -23,6 +23,7 @@ from checkpointer.savers.base import (
     resolve_now,
     validate_metadata_filter,
 )
+from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import load_typed
@@ -234,6 +235,10 @@ class Dialect:
 
     def versions_column(self, record: str) -> str:
         """The channel_versions object of a record, as the driver returns JSON."""
+        raise NotImplementedError
+
+    def counters_column(self, column: str) -> str:
+        """The metadata's counters_since_delta_snapshot object, as the driver returns JSON."""
         raise NotImplementedError
 
     def in_list(self, column: str, name: str) -> str:
@@ -846,6 +851,7 @@ class _Node:
     parent_id: str | None
     run_id: str | None
     versions: dict[str, str]
+    delta_channels: frozenset[str]
 
 
 Namespaces = dict[tuple[str, str], dict[str, _Node]]
@@ -857,17 +863,18 @@ def _skeleton_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[tuple[Namespac
     versions, and which (channel, version) blobs exist. Lifecycle decisions need no more."""
     rows = yield Stmt(
         "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
-        f"{d.versions_column('checkpoint')} FROM {d.checkpoints} "
-        f"WHERE {d.in_list('thread_id', 'threads')}",
+        f"{d.versions_column('checkpoint')}, {d.counters_column('metadata')} "
+        f"FROM {d.checkpoints} WHERE {d.in_list('thread_id', 'threads')}",
         {"threads": d.list_param(list(thread_ids))},
         fetch=True,
     )
     namespaces: Namespaces = {}
-    for thread_id, ns, checkpoint_id, parent_id, run_id, versions in rows:
+    for thread_id, ns, checkpoint_id, parent_id, run_id, versions, counters in rows:
         namespaces.setdefault((thread_id, ns), {})[checkpoint_id] = _Node(
             parent_id,
             run_id,
             {k: version_text(v) for k, v in (_json_value(versions) or {}).items()},
+            delta_channels_of(_json_value(counters)),
         )
     blob_rows = yield Stmt(
         f"SELECT thread_id, checkpoint_ns, channel, version FROM {d.blobs} "
@@ -884,7 +891,11 @@ def history_ancestors(
     """Ancestors whose writes or values the delta channels of `checkpoint_id` replay: back to
     the nearest stored value of every channel that has a version but no value here."""
     node = namespace[checkpoint_id]
-    remaining = {ch for ch, v in node.versions.items() if (thread_id, ns, ch, v) not in blobs}
+    remaining = {
+        ch
+        for ch, v in node.versions.items()
+        if ch in node.delta_channels and (thread_id, ns, ch, v) not in blobs
+    }
     chain: list[str] = []
     cursor = node.parent_id
     seen = {checkpoint_id}
@@ -927,20 +938,6 @@ def _delete_plan(
     garbage = sorted(k for k in blobs if (k[0], k[1]) in touched and k not in referenced)
     if garbage:
         yield d.delete_keys(d.blobs, ("thread_id", "checkpoint_ns", "channel", "version"), garbage)
-
-
-def prune_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[None]:
-    """keep_latest: per namespace, the newest checkpoint and every ancestor its channels
-    without a stored value replay from (with their writes); the rest goes."""
-    namespaces, blobs = yield from _skeleton_plan(d, thread_ids)
-    doomed: dict[tuple[str, str], set[str]] = {}
-    for (thread_id, ns), namespace in namespaces.items():
-        head = max(namespace)
-        keep = {head, *history_ancestors(thread_id, ns, namespace, head, blobs)}
-        if drop := set(namespace) - keep:
-            doomed[(thread_id, ns)] = drop
-    yield from _delete_plan(d, namespaces, blobs, doomed)
-    yield from refresh_summaries_plan(d, sorted({t for t, _ in doomed}))
 
 
 def delete_for_runs_plan(d: Dialect, run_ids: Sequence[str]) -> Plan[None]:

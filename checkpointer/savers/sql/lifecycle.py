@@ -17,6 +17,7 @@ from typing import Any
 
 from checkpointer.channels import BaseChannel
 from checkpointer.lifecycle import (
+    KeepLast,
     RetentionPolicy,
     SpaceReport,
     ThreadOutcome,
@@ -27,6 +28,7 @@ from checkpointer.savers.retention import (
     NodeShape,
     ThreadPlan,
     ThreadShape,
+    delta_channels_of,
     materialize_values,
     parse_ts,
     plan_thread,
@@ -77,12 +79,13 @@ def shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
     rows = yield Stmt(
         "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
         f"{d.versions_column('checkpoint')}, {d.json_field('checkpoint', 'ts')}, pinned, "
-        f"{record_size(d, 'c')} FROM {d.checkpoints} c WHERE thread_id = {d.p('t')}",
+        f"{record_size(d, 'c')}, {d.counters_column('metadata')} "
+        f"FROM {d.checkpoints} c WHERE thread_id = {d.p('t')}",
         params,
         fetch=True,
     )
     shape = ThreadShape(thread_id)
-    for ns, cid, parent_id, versions, ts, pinned, size in rows:
+    for ns, cid, parent_id, versions, ts, pinned, size, counters in rows:
         namespace = shape.namespaces.setdefault(str(ns), NamespaceShape())
         namespace.nodes[str(cid)] = NodeShape(
             parent_id=None if parent_id is None else str(parent_id),
@@ -90,6 +93,7 @@ def shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
             ts=parse_ts(ts),
             pinned=bool(pinned),
             size=int(size or 0),
+            delta_channels=delta_channels_of(_json_value(counters)),
         )
     blob_rows = yield Stmt(
         f"SELECT checkpoint_ns, channel, version, {d.size('blob')} FROM {d.blobs} "
@@ -190,6 +194,17 @@ def retain_thread_plan(
         )
     yield from each(refresh_summaries_stmts(d, [thread_id], now))
     return plan.outcome
+
+
+def prune_keep_latest_plan(
+    d: Dialect, serde: Serializer, thread_ids: Sequence[str], now: datetime
+) -> Plan[None]:
+    """prune(strategy="keep_latest"): `KeepLast(1)` on each thread, so every checkpoint
+    kept (heads, and what their delta channels replay from) still reads back."""
+    for thread_id in thread_ids:
+        yield from retain_thread_plan(
+            d, serde, thread_id, KeepLast(1), specs=None, now=now, dry_run=False
+        )
 
 
 # --------------------------------------------------------------------------- TTL

@@ -142,6 +142,9 @@ class PostgresDialect(Dialect):
     def version_of(self, record: str, channel: str) -> str:
         return f"({record} -> 'channel_versions' ->> {channel})"
 
+    def counters_column(self, column: str) -> str:
+        return f"{column} -> 'counters_since_delta_snapshot'"
+
     def versions_column(self, record: str) -> str:
         return f"{record} -> 'channel_versions'"
 

@@ -18,6 +18,7 @@ from checkpointer.channels import BaseChannel
 from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
 from checkpointer.lifecycle import (
     IdleThreadTTL,
+    KeepLast,
     RetentionPolicy,
     RetentionReport,
     SpaceReport,
@@ -46,7 +47,6 @@ from checkpointer.savers.sql.core import (
     delta_history_stmts,
     get_tuple_stmt,
     list_page_stmt,
-    prune_plan,
     put_op,
     put_writes_op,
     single,
@@ -159,7 +159,8 @@ class _SqlPrograms:
             for thread_id in threads:
                 yield self._dialect.delete_thread_plan(thread_id)
         else:
-            yield Op(prune_plan(self._dialect, threads), txn=True)
+            # The head of each namespace, and whatever keeps every kept checkpoint readable.
+            yield from self._p_apply_retention(KeepLast(1), threads, None, False, None)
 
     def _p_delta_history(
         self, config: RunnableConfig, channels: Sequence[str]

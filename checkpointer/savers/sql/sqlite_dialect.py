@@ -83,6 +83,9 @@ class SqliteDialect(Dialect):
             f"AS jv WHERE jv.key = {channel})"
         )
 
+    def counters_column(self, column: str) -> str:
+        return f"json_extract({column}, '$.counters_since_delta_snapshot')"
+
     def versions_column(self, record: str) -> str:
         return f"json_extract({record}, '$.channel_versions')"
 
