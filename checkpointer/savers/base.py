@@ -435,12 +435,18 @@ class _HistoryWalk:
         self._seeds: dict[str, Any] = {}
 
     def visit(self, tup: CheckpointTuple) -> None:
-        # Writes arrive oldest first within a checkpoint; the walk goes newest first, so
-        # collect each checkpoint's writes reversed and flip the whole list at the end.
-        for write in reversed(tup.pending_writes or []):
+        self.visit_parts(tup.pending_writes or [], tup.checkpoint["channel_values"])
+
+    def visit_parts(
+        self, pending_writes: Sequence[PendingWrite], values: Mapping[str, Any]
+    ) -> None:
+        """One ancestor: its pending writes (oldest first) and its stored values; only the
+        still-unseeded channels matter, so a saver may pass just those."""
+        # The walk goes newest first: collect each checkpoint's writes reversed and flip
+        # the whole list at the end.
+        for write in reversed(pending_writes):
             if write[1] in self.remaining:
                 self._collected[write[1]].append(write)
-        values = tup.checkpoint["channel_values"]
         for ch in list(self.remaining):
             if ch in values:
                 self._seeds[ch] = values[ch]

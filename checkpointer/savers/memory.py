@@ -215,7 +215,22 @@ class InMemorySaver(BaseCheckpointSaver):
                 stored = namespace.get(cursor)
                 if stored is None:
                     break
-                walk.visit(self._load(thread_id, ns, cursor, stored))
+                # Decode only what the walk still needs: writes to, and stored values of,
+                # the channels without a seed yet.
+                writes = sorted(
+                    (w for w in stored.writes.values() if w.channel in walk.remaining),
+                    key=lambda w: (w.task_path, w.task_id, w.idx),
+                )
+                values = {}
+                for channel in walk.remaining:
+                    version = stored.channel_versions.get(channel)
+                    blob = self._blobs.get((thread_id, ns, channel, str(version)))
+                    if version is not None and blob is not None:
+                        values[channel] = load_typed(self.serde, blob)
+                walk.visit_parts(
+                    [(w.task_id, w.channel, load_typed(self.serde, w.value)) for w in writes],
+                    values,
+                )
                 cursor = stored.parent_id
         return walk.result()
 

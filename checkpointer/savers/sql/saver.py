@@ -69,7 +69,7 @@ from checkpointer.types import (
 T = TypeVar("T")
 Program = Generator[Op[Any], Any, T]
 
-DEFAULT_PAGE_SIZE = 200
+DEFAULT_PAGE_SIZE = 1000
 """Checkpoints per `list()` statement: one statement for a page, never one per checkpoint."""
 
 
