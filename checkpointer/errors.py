@@ -41,3 +41,107 @@ class SchemaVersionError(CheckpointerError):
 
 class CheckpointNotFoundError(CheckpointerError, LookupError):
     """A config names a checkpoint that does not exist."""
+
+
+class ValueTooLarge(SerializationError):
+    """A serialized value is bigger than the configured limit (see `serde.guard.SizeGuard`).
+
+    Raised before anything is written, so an oversized value never half-lands in storage.
+    """
+
+    def __init__(self, size: int, limit: int, what: str = "value") -> None:
+        self.size = size
+        self.limit = limit
+        self.what = what
+        super().__init__(
+            f"{what} serializes to {size} bytes, over the limit of {limit} bytes; store large "
+            "payloads elsewhere (object storage, files) and keep a reference in the state"
+        )
+
+
+class CorruptValueError(DeserializationError):
+    """A stored value could not be read back; says where it lives, so the damage can be
+    found and repaired while the rest of the thread stays readable."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        thread_id: str | None = None,
+        checkpoint_ns: str | None = None,
+        checkpoint_id: str | None = None,
+        channel: str | None = None,
+        task_id: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.channel = channel
+        self.task_id = task_id
+        self.version = version
+        parts = [
+            f"{name}={value!r}"
+            for name, value in (
+                ("thread_id", thread_id),
+                ("checkpoint_ns", checkpoint_ns),
+                ("checkpoint_id", checkpoint_id),
+                ("channel", channel),
+                ("task_id", task_id),
+                ("version", version),
+            )
+            if value is not None
+        ]
+        super().__init__(f"corrupt stored value ({', '.join(parts)}): {reason}")
+
+
+class DecryptionError(DeserializationError):
+    """An encrypted value could not be decrypted: unknown key id, wrong key, tampered
+    bytes, or a value moved to another location than the one it was encrypted for."""
+
+
+class PlaintextRefusedError(DecryptionError):
+    """An encrypting serializer met an unencrypted (or location-unbound) value and was not
+    told to accept those (`allow_plaintext=True`, meant for migrations)."""
+
+
+class ThreadBusy(CheckpointerError):
+    """Another worker holds the single-writer lock of this thread: it is running it now.
+
+    Only raised when a run asks for exclusivity (`compile(single_writer=True)` or
+    `config["configurable"]["exclusive"] = True`); retry later.
+    """
+
+    def __init__(self, thread_id: str, where: str) -> None:
+        self.thread_id = thread_id
+        self.where = where
+        super().__init__(
+            f"thread {thread_id!r} is being run by another worker (single-writer lock held "
+            f"in {where}); retry when that run has finished"
+        )
+
+
+class ThreadLockLost(ThreadBusy):
+    """The single-writer lock of a running thread was lost (its connection died); the run
+    stops rather than risk two workers writing the thread at once."""
+
+    def __init__(self, thread_id: str, where: str, detail: str = "") -> None:
+        self.thread_id = thread_id
+        self.where = where
+        CheckpointerError.__init__(
+            self,
+            f"lost the single-writer lock of thread {thread_id!r} ({where})"
+            + (f": {detail}" if detail else "")
+            + "; the run stopped; resume it with invoke(None, config)",
+        )
+
+
+class StorageBusyError(CheckpointerError):
+    """The database stayed locked by another writer for longer than the configured busy
+    timeout; nothing of this operation was written. Retry, or raise the timeout."""
+
+
+class StorageUnavailableError(CheckpointerError):
+    """The database connection failed and could not be re-established within the retry
+    budget; nothing acknowledged before this error is lost."""

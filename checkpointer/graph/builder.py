@@ -181,9 +181,11 @@ class StateGraph:
         interrupt_before: Sequence[str] | Literal["*"] | None = None,
         interrupt_after: Sequence[str] | Literal["*"] | None = None,
         name: str = "StateGraph",
+        single_writer: bool = False,
     ) -> CompiledStateGraph:
         """Validate and freeze the graph. Without a checkpointer each run is self-contained
-        (no state, history or resume)."""
+        (no state, history or resume). `single_writer=True` makes every run take its
+        thread's lock (`ThreadBusy` for a second concurrent run; see `graph.guard`)."""
         from checkpointer.graph.compiled import CompiledStateGraph
 
         before = "*" if interrupt_before == "*" else tuple(interrupt_before or ())
@@ -207,4 +209,5 @@ class StateGraph:
             interrupt_before=before,
             interrupt_after=after,
             name=name,
+            single_writer=single_writer,
         )

@@ -10,8 +10,9 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from checkpointer.errors import ConfigError
+from checkpointer.graph import guard, loop, state_api
 from checkpointer.graph import history as history_mod
-from checkpointer.graph import loop, state_api
 from checkpointer.graph.drivers import AsyncDriver, Done, SyncDriver
 from checkpointer.graph.effects import Program
 from checkpointer.graph.loop import StreamMode
@@ -50,12 +51,14 @@ class CompiledStateGraph:
         interrupt_before: InterruptNodes = (),
         interrupt_after: InterruptNodes = (),
         name: str = "StateGraph",
+        single_writer: bool = False,
     ) -> None:
         self.spec = spec
         self.checkpointer = checkpointer
         self.interrupt_before = interrupt_before
         self.interrupt_after = interrupt_after
         self.name = name
+        self.single_writer = single_writer
 
     def __repr__(self) -> str:
         return f"CompiledStateGraph({self.name!r}, nodes={sorted(self.spec.nodes)})"
@@ -79,7 +82,11 @@ class CompiledStateGraph:
     def _for_run(self, config: RunnableConfig | None) -> tuple[BaseCheckpointSaver, RunnableConfig]:
         """The saver and config of one run. Without a checkpointer a run still persists its
         steps, in a throwaway in-memory saver, so one code path serves both."""
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigError(f"config must be a dict with a 'configurable' key, got {config!r}")
         config = dict(config or {})
+        if not isinstance(config.get("configurable") or {}, Mapping):
+            raise ConfigError("config['configurable'] must be a dict, e.g. {'thread_id': ...}")
         configurable = dict(config.get("configurable") or {})
         if self.checkpointer is not None:
             config["configurable"] = configurable
@@ -89,6 +96,11 @@ class CompiledStateGraph:
         configurable.pop("checkpoint_id", None)
         config["configurable"] = configurable
         return InMemorySaver(), config
+
+    def _exclusive(self, config: RunnableConfig) -> bool:
+        """Whether this run takes the thread's single-writer lock (see `graph.guard`);
+        runs without a checkpointer have a private thread and need none."""
+        return self.checkpointer is not None and guard.is_exclusive(config, self.single_writer)
 
     def _saver(self) -> BaseCheckpointSaver:
         if self.checkpointer is None:
@@ -110,9 +122,11 @@ class CompiledStateGraph:
         modes, paired = _modes(stream_mode)
         saver, config = self._for_run(config)
         rt = self._runtime(saver, interrupt_before, interrupt_after)
-        for item in SyncDriver(self.spec, saver).drive(loop.run(rt, input, config, modes)):
-            if not isinstance(item, Done):
-                yield item if paired else item[1]
+        with guard.thread_lock(saver, thread_id_of(config), self._exclusive(config)) as lock:
+            driver = guard.sync_driver(self.spec, saver, lock)
+            for item in driver.drive(loop.run(rt, input, config, modes)):
+                if not isinstance(item, Done):
+                    yield item if paired else item[1]
 
     def invoke(
         self,
@@ -126,7 +140,8 @@ class CompiledStateGraph:
         `"__interrupt__"` when a node asked a question)."""
         saver, config = self._for_run(config)
         rt = self._runtime(saver, interrupt_before, interrupt_after)
-        return SyncDriver(self.spec, saver).result(loop.run(rt, input, config))
+        with guard.thread_lock(saver, thread_id_of(config), self._exclusive(config)) as lock:
+            return guard.sync_driver(self.spec, saver, lock).result(loop.run(rt, input, config))
 
     def get_state(self, config: RunnableConfig) -> StateSnapshot:
         """State at the checkpoint `config` names, or the thread's latest."""
@@ -158,7 +173,8 @@ class CompiledStateGraph:
         On a checkpoint that already has a successor this starts a new branch."""
         saver = self._saver()
         program = state_api.update_state(self._runtime(saver), config, values, as_node)
-        return SyncDriver(self.spec, saver).result(program)
+        with guard.thread_lock(saver, thread_id_of(config), self._exclusive(config)) as lock:
+            return guard.sync_driver(self.spec, saver, lock).result(program)
 
     # ------------------------------------------------------------------ async
     async def astream(
@@ -173,9 +189,12 @@ class CompiledStateGraph:
         modes, paired = _modes(stream_mode)
         saver, config = self._for_run(config)
         rt = self._runtime(saver, interrupt_before, interrupt_after)
-        async for item in AsyncDriver(self.spec, saver).drive(loop.run(rt, input, config, modes)):
-            if not isinstance(item, Done):
-                yield item if paired else item[1]
+        exclusive = self._exclusive(config)
+        async with guard.athread_lock(saver, thread_id_of(config), exclusive) as lock:
+            driver = guard.async_driver(self.spec, saver, lock)
+            async for item in driver.drive(loop.run(rt, input, config, modes)):
+                if not isinstance(item, Done):
+                    yield item if paired else item[1]
 
     async def ainvoke(
         self,
@@ -187,7 +206,10 @@ class CompiledStateGraph:
     ) -> dict[str, Any]:
         saver, config = self._for_run(config)
         rt = self._runtime(saver, interrupt_before, interrupt_after)
-        return await AsyncDriver(self.spec, saver).result(loop.run(rt, input, config))
+        exclusive = self._exclusive(config)
+        async with guard.athread_lock(saver, thread_id_of(config), exclusive) as lock:
+            driver = guard.async_driver(self.spec, saver, lock)
+            return await driver.result(loop.run(rt, input, config))
 
     async def aget_state(self, config: RunnableConfig) -> StateSnapshot:
         saver = self._saver()
@@ -217,7 +239,9 @@ class CompiledStateGraph:
         program: Program[RunnableConfig] = state_api.update_state(
             self._runtime(saver), config, values, as_node
         )
-        return await AsyncDriver(self.spec, saver).result(program)
+        exclusive = self._exclusive(config)
+        async with guard.athread_lock(saver, thread_id_of(config), exclusive) as lock:
+            return await guard.async_driver(self.spec, saver, lock).result(program)
 
 
 StreamModeLiteral = Literal["updates", "values"]
