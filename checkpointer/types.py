@@ -131,6 +131,19 @@ def _configurable(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return configurable
 
 
+def _checked_text(key: str, value: str) -> str:
+    """Ids end up in database text columns: refuse what no database can store."""
+    if "\x00" in value:
+        raise ConfigError(f"config['configurable']['{key}'] contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"config['configurable']['{key}'] is not valid UTF-8 (a lone surrogate)"
+        ) from exc
+    return value
+
+
 def thread_id_of(config: Mapping[str, Any]) -> str:
     """The thread a config addresses; a clear error if it names none."""
     value = _configurable(config).get("thread_id")
@@ -140,7 +153,7 @@ def thread_id_of(config: Mapping[str, Any]) -> str:
         raise ConfigError(
             f"config['configurable']['thread_id'] must be a string, got {type(value).__name__}"
         )
-    return str(value)
+    return _checked_text("thread_id", str(value))
 
 
 def checkpoint_ns_of(config: Mapping[str, Any]) -> str:
@@ -151,7 +164,7 @@ def checkpoint_ns_of(config: Mapping[str, Any]) -> str:
         raise ConfigError(
             f"config['configurable']['checkpoint_ns'] must be a string, got {type(value).__name__}"
         )
-    return value
+    return _checked_text("checkpoint_ns", value)
 
 
 def checkpoint_id_of(config: Mapping[str, Any]) -> str | None:
@@ -163,7 +176,7 @@ def checkpoint_id_of(config: Mapping[str, Any]) -> str | None:
         raise ConfigError(
             f"config['configurable']['checkpoint_id'] must be a string, got {type(value).__name__}"
         )
-    return value
+    return _checked_text("checkpoint_id", value)
 
 
 def task_path_sort_key(task_path: str, task_id: str, idx: int) -> tuple[str, str, int]:

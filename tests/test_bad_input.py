@@ -59,7 +59,6 @@ class DB:
                 return conn.execute(statement.replace("%s", "?"), params).fetchall()
             finally:
                 conn.close()
-        import psycopg
 
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             cur = conn.execute(statement, params)  # type: ignore[arg-type]
@@ -180,16 +179,7 @@ def test_bad_configs_raise_config_error_everywhere(db: DB, config: Any) -> None:
 
 @pytest.mark.parametrize(
     "kind",
-    [
-        xfail_on(
-            {"memory"},
-            "InMemorySaver.list({}) reads config['configurable'] after a truthiness check "
-            "(`if config`) and raises KeyError; check `config is not None` and go through "
-            "thread_id_of, as the SQL savers do (ConfigError)",
-            raises=KeyError,
-        )(k)
-        for k in KINDS
-    ],
+    [k for k in KINDS],
 )
 def test_list_of_a_config_without_keys(kind: str, tmp_path: Path) -> None:
     db = open_db(kind, tmp_path)
@@ -326,21 +316,9 @@ def test_nul_and_surrogates_in_values_round_trip(db: DB, value: Any) -> None:
     assert tup.pending_writes is not None and tup.pending_writes[0][2] == value
 
 
-SURROGATE_IDS = "SQLite and PostgreSQL encode ids as strict UTF-8: a lone surrogate in an id "
-SURROGATE_REASON = (
-    SURROGATE_IDS + "escapes as a raw UnicodeEncodeError from the driver; validate ids (types."
-    "thread_id_of / checkpoint_ns_of / checkpoint_id_of, or core.get_tuple_stmt & co.) and "
-    "raise ConfigError naming the key"
-)
-NUL_PG_REASON = (
-    "PostgreSQL text columns cannot hold NUL: psycopg.DataError escapes; PostgresDialect "
-    "should refuse ids and channel names with NUL as ConfigError naming the key"
-)
-
-
 @pytest.mark.parametrize(
     "kind",
-    [xfail_on({"postgres"}, NUL_PG_REASON, raises=psycopg.DataError)(k) for k in KINDS],
+    [k for k in KINDS],
 )
 def test_nul_in_thread_id(kind: str, tmp_path: Path) -> None:
     db = open_db(kind, tmp_path)
@@ -360,7 +338,7 @@ def test_nul_in_thread_id(kind: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "kind",
-    [xfail_on({"sqlite", "postgres"}, SURROGATE_REASON, UnicodeEncodeError)(k) for k in KINDS],
+    [k for k in KINDS],
 )
 def test_lone_surrogate_in_thread_and_checkpoint_ids(kind: str, tmp_path: Path) -> None:
     db = open_db(kind, tmp_path)
@@ -383,17 +361,7 @@ def test_lone_surrogate_in_thread_and_checkpoint_ids(kind: str, tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "kind",
-    [
-        xfail_on(
-            {"sqlite", "postgres"},
-            "metadata is stored as JSON text (json.dumps(ensure_ascii=False)): a lone "
-            "surrogate escapes as a raw UnicodeEncodeError on SQLite and PostgreSQL; "
-            "core.encode_metadata should refuse it with SerializationError naming the key "
-            "(or the memory saver should refuse it too, for one behaviour everywhere)",
-            raises=UnicodeEncodeError,
-        )(k)
-        for k in KINDS
-    ],
+    [k for k in KINDS],
 )
 def test_lone_surrogate_in_metadata(kind: str, tmp_path: Path) -> None:
     db = open_db(kind, tmp_path)
@@ -433,17 +401,7 @@ def test_non_finite_floats_in_values_round_trip(db: DB, value: Any) -> None:
 
 @pytest.mark.parametrize(
     "kind",
-    [
-        xfail_on(
-            {"sqlite", "postgres"},
-            "json.dumps writes NaN/Infinity (not JSON): SQLite stores it and then every "
-            "metadata-filtered list() on the database fails with sqlite3.OperationalError "
-            "'malformed JSON'; PostgreSQL raises a raw psycopg InvalidTextRepresentation. "
-            "core.dumps_json should pass allow_nan=False and raise SerializationError",
-            raises=(sqlite3.OperationalError, psycopg.DataError),
-        )(k)
-        for k in KINDS
-    ],
+    [k for k in KINDS],
 )
 def test_non_finite_floats_in_metadata(kind: str, tmp_path: Path) -> None:
     db = open_db(kind, tmp_path)

@@ -14,8 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from checkpointer.errors import StorageBusyError
 from checkpointer.ids import next_channel_version, task_id_for
 from checkpointer.savers.postgres import PostgresSaver
@@ -147,15 +145,6 @@ def test_small_busy_timeout_fails_fast_and_writes_nothing(tmp_path: Path) -> Non
         saver.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "SQLite busy errors escape as sqlite3.OperationalError('database is locked'); "
-        "run_sqlite_op (savers/sql/sync_exec.py) and AsyncSqliteExecutor.run should raise "
-        "checkpointer.errors.StorageBusyError naming the database and the busy timeout"
-    ),
-)
 def test_busy_error_is_typed_and_names_the_timeout(tmp_path: Path) -> None:
     error, _, saver, _ = _blocked_put(tmp_path)
     saver.close()

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import json
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from checkpointer.channels import BaseChannel
-from checkpointer.errors import ConfigError
+from checkpointer.errors import ConfigError, SerializationError
 from checkpointer.ids import next_channel_version
 from checkpointer.lifecycle import (
     THREAD_SORTS,
@@ -47,6 +48,40 @@ PRUNE_STRATEGIES: tuple[str, ...] = ("keep_latest", "delete")
 _FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 
 
+def _refuse_json(value: Any) -> Any:
+    raise SerializationError(
+        f"metadata values must be JSON (str, int, float, bool, None, list, dict); "
+        f"got {type(value).__name__}: {value!r:.80}"
+    )
+
+
+def dumps_json(obj: Any) -> str:
+    """Metadata as compact JSON with sorted keys (equal dicts give equal text).
+
+    Every saver stores metadata this way or checks it can, so all refuse the same inputs:
+    NaN and infinities (not JSON) and lone surrogates (not UTF-8), with SerializationError.
+    """
+    try:
+        text = json.dumps(
+            obj,
+            ensure_ascii=False,
+            sort_keys=True,
+            separators=(",", ":"),
+            allow_nan=False,
+            default=_refuse_json,
+        )
+        text.encode("utf-8")
+    except SerializationError:
+        raise
+    except UnicodeEncodeError as exc:
+        raise SerializationError(
+            f"metadata holds a string that is not valid UTF-8 (a lone surrogate): {exc}"
+        ) from exc
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"cannot store metadata as JSON: {exc}") from exc
+    return text
+
+
 def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check `list(filter=...)` keys before any backend sees them.
 
@@ -63,6 +98,10 @@ def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]
                 f"invalid metadata filter key {key!r}: use letters, digits, '_' or '-', "
                 "starting with a letter or '_'"
             )
+    try:
+        dumps_json(dict(filter))
+    except SerializationError as exc:
+        raise ConfigError(f"invalid metadata filter value: {exc}") from exc
     return dict(filter)
 
 

@@ -29,6 +29,7 @@ from checkpointer.lifecycle import (
 from checkpointer.savers.base import (
     BaseCheckpointSaver,
     _HistoryWalk,
+    dumps_json,
     metadata_matches,
     new_blob_channels,
     parent_id_for_put,
@@ -162,7 +163,7 @@ class InMemorySaver(BaseCheckpointSaver):
     ) -> Iterator[CheckpointTuple]:
         wanted = validate_metadata_filter(filter)
         before_id = checkpoint_id_of(before) if before else None
-        thread_filter = thread_id_of(config) if config else None
+        thread_filter = thread_id_of(config) if config is not None else None
         ns_filter = None
         exact_id = None
         if config is not None:
@@ -269,6 +270,7 @@ class InMemorySaver(BaseCheckpointSaver):
     ) -> RunnableConfig:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         parent_id = parent_id_for_put(config, checkpoint)
+        dumps_json(dict(metadata))  # the same metadata every saver accepts
         record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         blobs = {
             (thread_id, ns, channel, str(version)): self.serde.dumps_typed(value)

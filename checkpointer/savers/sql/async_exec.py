@@ -15,6 +15,7 @@ from checkpointer.savers.sql.sync_exec import (
     is_memory_path,
     run_sqlite_op,
     sqlite_pragmas,
+    typed_busy_errors,
 )
 
 T = TypeVar("T")
@@ -120,6 +121,10 @@ class AsyncSqliteExecutor:
             return []
 
     async def run(self, op: Op[T]) -> T:
+        with typed_busy_errors(self.where, self._busy_timeout):
+            return await self._run(op)
+
+    async def _run(self, op: Op[T]) -> T:
         async with self._get_lock():
             conn = await self._connect()
             if hasattr(conn, "_execute"):

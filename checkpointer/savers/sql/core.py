@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from checkpointer.errors import CheckpointerError, ConfigError, SerializationError
 from checkpointer.savers.base import (
+    dumps_json,
     new_blob_channels,
     parent_id_for_put,
     resolve_now,
@@ -92,25 +93,6 @@ def each(stmts: Iterable[Stmt]) -> Plan[None]:
 
 
 # --------------------------------------------------------------------------- encoding
-def _refuse_json(value: Any) -> Any:
-    raise SerializationError(
-        f"metadata values must be JSON (str, int, float, bool, None, list, dict); "
-        f"got {type(value).__name__}: {value!r:.80}"
-    )
-
-
-def dumps_json(obj: Any) -> str:
-    """Compact JSON with sorted keys: equal dicts give equal text (SQLite filters on it)."""
-    try:
-        return json.dumps(
-            obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=_refuse_json
-        )
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, SerializationError):
-            raise
-        raise SerializationError(f"cannot store as JSON: {exc}") from exc
-
-
 def encode_record(checkpoint: Checkpoint) -> str:
     """The checkpoint minus its values (and its id, which is a column), as JSON text."""
     record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}

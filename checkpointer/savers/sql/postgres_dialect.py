@@ -158,7 +158,13 @@ class PostgresDialect(Dialect):
         return f"{column} -> {self.p(key_name)} = {self.p(value_name)}::jsonb"
 
     def metadata_filter_params(self, key: str, value: Any) -> tuple[Any, Any]:
-        return key, dumps_json(value)
+        text = dumps_json(value)
+        if "\\u0000" in text:
+            raise ConfigError(
+                f"metadata filter {key!r}: PostgreSQL (jsonb) cannot hold NUL (\\x00), so "
+                "no stored metadata has it"
+            )
+        return key, text
 
     def check_metadata(self, text: str) -> None:
         if "\\u0000" in text:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from checkpointer.errors import CheckpointerError
+from checkpointer.errors import CheckpointerError, StorageBusyError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 
 T = TypeVar("T")
@@ -31,6 +31,25 @@ def drive(op: Op[T], execute: Callable[[Stmt], list[Row]]) -> T:
         return stop.value
     finally:
         plan.close()
+
+
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+
+
+@contextmanager
+def typed_busy_errors(where: str, busy_timeout: float) -> Iterator[None]:
+    """A write that stayed locked past the busy timeout becomes StorageBusyError: one
+    clear, catchable error naming the database and the timeout (nothing was written)."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is None or code & 0xFF not in _BUSY_CODES:
+            raise
+        raise StorageBusyError(
+            f"{where} stayed locked by another writer for longer than busy_timeout="
+            f"{busy_timeout:g}s; nothing was written: retry, or raise busy_timeout"
+        ) from exc
 
 
 def run_sqlite_op(conn: sqlite3.Connection, op: Op[T], trace: StatementHook | None) -> T:
@@ -207,7 +226,7 @@ class SqliteExecutor:
         yield holder.conn
 
     def run(self, op: Op[T]) -> T:
-        with self._connection() as conn:
+        with self._connection() as conn, typed_busy_errors(self.where, self._busy_timeout):
             if not op.txn:
                 return run_sqlite_op(conn, op, self.trace)
             with self._writes:
