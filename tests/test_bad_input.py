@@ -551,15 +551,6 @@ def test_corrupt_write_is_a_typed_error_and_the_rest_stays_readable(
     assert len(older) == len(tuples) - 5
 
 
-CORRUPT_LOCATION_REASON = (
-    "decode_tuples / decode_delta_history (savers/sql/core.py) and InMemorySaver._load call "
-    "serde.loads_typed without context: the DeserializationError does not say which thread, "
-    "checkpoint, channel and task hold the bad value; wrap it in CorruptValueError(reason, "
-    "thread_id=, checkpoint_ns=, checkpoint_id=, channel=, task_id=/version=)"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=CORRUPT_LOCATION_REASON)
 def test_corrupt_write_error_names_its_location(db: DB) -> None:
     _, tuples = _thread_with_history(db)
     target = tuples[4]

@@ -238,16 +238,22 @@ class InMemorySaver(BaseCheckpointSaver):
     def _load(
         self, thread_id: str, ns: str, checkpoint_id: str, stored: _StoredCheckpoint
     ) -> CheckpointTuple:
-        checkpoint: Checkpoint = load_typed(self.serde, stored.record)
+        where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        checkpoint: Checkpoint = load_typed(self.serde, stored.record, **where)
         values: dict[str, Any] = {}
         for channel, version in stored.channel_versions.items():
             blob = self._blobs.get((thread_id, ns, channel, str(version)))
             if blob is not None:
-                values[channel] = load_typed(self.serde, blob)
+                values[channel] = load_typed(self.serde, blob, **where, channel=channel)
         checkpoint["channel_values"] = values
         writes = sorted(stored.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
         pending: list[PendingWrite] = [
-            (w.task_id, w.channel, load_typed(self.serde, w.value)) for w in writes
+            (
+                w.task_id,
+                w.channel,
+                load_typed(self.serde, w.value, **where, channel=w.channel, task_id=w.task_id),
+            )
+            for w in writes
         ]
         parent = (
             make_config(thread_id, ns, stored.parent_id) if stored.parent_id is not None else None

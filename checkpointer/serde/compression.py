@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpointer.errors import DeserializationError, SerializationError
+from checkpointer.errors import CorruptValueError, DeserializationError, SerializationError
 from checkpointer.serde.base import Serializer
 
 ZSTD_SUFFIX = "+zstd"
@@ -91,9 +91,21 @@ def decompress_typed(
     return tag[: -len(ZSTD_SUFFIX)], decompress(bytes(raw), max_size)
 
 
-def load_typed(serde: Serializer, data: tuple[str, bytes]) -> Any:
-    """What savers call to read a stored value: decompress if marked, then deserialize."""
-    return serde.loads_typed(decompress_typed(data))
+def load_typed(serde: Serializer, data: tuple[str, bytes], **where: str | None) -> Any:
+    """What savers call to read a stored value: decompress if marked, then deserialize.
+
+    `where` (thread_id, checkpoint_ns, checkpoint_id, channel, task_id, version) names the
+    value's location: a value that cannot be read raises CorruptValueError saying where it
+    is, so the damage can be found while the rest of the thread stays readable.
+    """
+    try:
+        return serde.loads_typed(decompress_typed(data))
+    except CorruptValueError:
+        raise
+    except DeserializationError as exc:
+        if not where:
+            raise
+        raise CorruptValueError(str(exc), **where) from exc
 
 
 class CompressingSerializer:

@@ -501,9 +501,6 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> list[Ch
             )
         )
 
-    def loads(data: tuple[str, bytes]) -> Any:
-        return load_typed(serde, data)
-
     for row in rows:
         kind = row[3]
         if kind == 0:
@@ -511,10 +508,26 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> list[Ch
                 flush()
             head, values, writes = row, {}, []
         elif kind == 1:
-            values[row[4]] = loads((row[7], bytes(row[9])))
+            values[row[4]] = load_typed(
+                serde,
+                (row[7], bytes(row[9])),
+                thread_id=row[0],
+                checkpoint_ns=row[1],
+                checkpoint_id=row[2],
+                channel=row[4],
+            )
         else:
             task_id, _ = d.decode_write_key(row[5], row[8])
-            writes.append((task_id, row[6], loads((row[7], bytes(row[9])))))
+            value = load_typed(
+                serde,
+                (row[7], bytes(row[9])),
+                thread_id=row[0],
+                checkpoint_ns=row[1],
+                checkpoint_id=row[2],
+                channel=row[6],
+                task_id=task_id,
+            )
+            writes.append((task_id, row[6], value))
     if head is not None:
         flush()
     return out
