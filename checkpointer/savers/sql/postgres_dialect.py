@@ -214,7 +214,7 @@ class PostgresDialect(Dialect):
             f"INSERT INTO {self.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
             "SELECT %(t)s, x.ns, x.channel, x.version, x.type, x.blob FROM unnest("
             "%(nss)s::text[], %(channels)s::text[], %(versions)s::text[], %(types)s::text[], "
-            "%(datas)s::bytea[]) AS x(ns, channel, version, type, blob) ON CONFLICT DO NOTHING",
+            "%(datas)b::bytea[]) AS x(ns, channel, version, type, blob) ON CONFLICT DO NOTHING",
             {
                 "t": thread_id,
                 "nss": namespaces,
@@ -275,7 +275,7 @@ class PostgresDialect(Dialect):
                 f"new_blobs AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
                 "channel, version, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
                 "x.channel, x.version, x.type, x.blob FROM unnest(%(channels)s::text[], "
-                "%(versions)s::text[], %(types)s::text[], %(datas)s::bytea[]) "
+                "%(versions)s::text[], %(types)s::text[], %(datas)b::bytea[]) "
                 "AS x(channel, version, type, blob) ON CONFLICT DO NOTHING "
                 f"RETURNING {self.size('blob')} AS n)",
             )
@@ -317,7 +317,7 @@ class PostgresDialect(Dialect):
             "task_id, task_path, idx, channel, type, blob) SELECT %(thread_id)s, "
             "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, %(task_path)s, x.idx, "
             "x.channel, x.type, x.blob FROM unnest(%(idxs)s::int[], %(channels)s::text[], "
-            "%(types)s::text[], %(datas)s::bytea[]) AS x(idx, channel, type, blob) "
+            "%(types)s::text[], %(datas)b::bytea[]) AS x(idx, channel, type, blob) "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
             f"RETURNING idx, {self.size('blob')} AS n) "
             f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
