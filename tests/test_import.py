@@ -83,3 +83,34 @@ def test_writes_go_back_to_their_original_slots() -> None:
     batches = _batches_in_slots([_w(-1, "__error__"), _w(0, "a"), _w(2, "b")])
     assert batches == [[("a", "a"), ("__error__", "__error__"), ("b", "b")]]
     assert _batches_in_slots([_w(-3, "__interrupt__")]) == [[("__interrupt__", "__interrupt__")]]
+
+
+def test_import_from_reference_postgres_reproduces_state_and_history(pg_url: str) -> None:
+    import uuid
+
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver as ReferencePostgresSaver
+
+    schema = f"cp_ref_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    url = f"{pg_url}?options=-csearch_path%3D{schema}"
+    try:
+        with ReferencePostgresSaver.from_conn_string(url) as reference:
+            reference.setup()
+            threads = _write_reference_threads(reference)
+            expected = {
+                name: observe(builder.compile(checkpointer=reference), config)
+                for name, (builder, config) in threads.items()
+            }
+            checkpoint_count = len(list(reference.list(None)))
+        target = InMemorySaver()
+        report = import_from_url(url, target)
+        assert sorted(report.threads) == sorted(threads)
+        assert report.checkpoints == checkpoint_count
+        ours = LangGraphSaver(target)
+        for name, (builder, config) in threads.items():
+            assert observe(builder.compile(checkpointer=ours), config) == expected[name], name
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
