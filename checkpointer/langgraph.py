@@ -80,6 +80,19 @@ def langgraph_serializer(
     return serde.with_modules(*LANGGRAPH_MODULES, *allowed_modules).with_types(*allowed_types)
 
 
+def _extend(serde: Any, classes: Sequence[type], modules: Sequence[str]) -> Any:
+    """`serde` allowing more types, keeping its wrappers (compression, encryption, size
+    guard: each has an `inner` serializer) around the msgpack serializer at the core."""
+    if isinstance(serde, MsgpackSerializer):
+        return serde.with_modules(*modules).with_types(*classes)
+    inner = getattr(serde, "inner", None)
+    if inner is None:
+        return serde  # a serializer of the user's own: its allowlist is theirs to manage
+    clone = copy.copy(serde)
+    clone.inner = _extend(inner, classes, modules)
+    return clone
+
+
 # ------------------------------------------------------------ value conversion
 def _stored_value(value: Any) -> Any:
     """LangGraph's markers as ours, so our tools (CLI, prune) recognise them."""
@@ -160,10 +173,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         allowed_types: Sequence[type] = (),
         allowed_modules: Sequence[str] = (),
     ) -> None:
-        base = saver.serde if isinstance(saver.serde, MsgpackSerializer) else None
-        serde = langgraph_serializer(
-            base, allowed_types=allowed_types, allowed_modules=allowed_modules
-        )
+        serde = _extend(saver.serde, allowed_types, (*LANGGRAPH_MODULES, *allowed_modules))
         super().__init__(serde=serde)
         # The saver itself learns LangGraph's types too, so reading it directly (list, the
         # CLI's API, retention with materialization) loads what LangGraph stored.
@@ -176,10 +186,8 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         if not classes:
             return self
         clone = copy.copy(self)
-        serde = self.saver.serde
-        assert isinstance(serde, MsgpackSerializer)
         clone.saver = copy.copy(self.saver)
-        clone.saver.serde = serde.with_types(*classes)
+        clone.saver.serde = _extend(self.saver.serde, classes, ())
         clone.serde = clone.saver.serde
         return clone
 

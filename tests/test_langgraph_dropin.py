@@ -139,3 +139,17 @@ def test_with_allowlist_admits_state_types_without_importing() -> None:
     assert "not_imported_module_x" not in sys.modules
     thread = str(uuid.uuid4())
     assert clone.get_tuple({"configurable": {"thread_id": thread}}) is None
+
+
+def test_the_drop_in_keeps_compression_and_its_allowlist() -> None:
+    from checkpointer.savers.memory import InMemorySaver
+    from checkpointer.serde.compression import CompressingSerializer
+
+    saver = InMemorySaver(serde=CompressingSerializer(threshold=64))
+    lg = LangGraphSaver(saver).with_allowlist({(__name__, "_NotAllowed")})
+    assert isinstance(lg.saver.serde, CompressingSerializer)
+    message = HumanMessage(content="hello " * 200, id="m")
+    tag, data = lg.saver.serde.dumps_typed([message])
+    assert tag.endswith("+zstd")
+    assert lg.saver.serde.loads_typed((tag, data)) == [message]
+    assert _NotAllowed in lg.saver.serde.inner.allowed_types  # type: ignore[attr-defined]

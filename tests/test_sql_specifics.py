@@ -293,3 +293,17 @@ def build_sync(saver: Any, thread_id: str, steps: int) -> None:
         cp["channel_values"] = {"n": step}
         config = saver.put(config, cp, {"step": step}, {"n": version})
         saver.put_writes(config, [("n", step)], task_id_for(step, "t"))
+
+
+def test_a_connection_handed_to_the_saver_gets_wal(tmp_path: Path) -> None:
+    import sqlite3
+
+    from checkpointer.savers.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(tmp_path / "given.db", check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    memory = sqlite3.connect(":memory:", check_same_thread=False)
+    SqliteSaver(memory).setup()
+    assert memory.execute("PRAGMA journal_mode").fetchone()[0] == "memory"

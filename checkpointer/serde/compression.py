@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpointer.errors import CorruptValueError, DeserializationError, SerializationError
+from checkpointer.errors import (
+    CorruptValueError,
+    DecryptionError,
+    DeserializationError,
+    SerializationError,
+)
 from checkpointer.serde.base import Serializer
 
 ZSTD_SUFFIX = "+zstd"
@@ -100,8 +105,8 @@ def load_typed(serde: Serializer, data: tuple[str, bytes], **where: str | None) 
     """
     try:
         return serde.loads_typed(decompress_typed(data))
-    except CorruptValueError:
-        raise
+    except (CorruptValueError, DecryptionError):
+        raise  # already located, or a key problem rather than damage: keep its type
     except DeserializationError as exc:
         if not where:
             raise

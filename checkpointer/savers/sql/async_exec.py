@@ -12,7 +12,7 @@ from checkpointer.errors import CheckpointerError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.sync_exec import (
     FILE_PRAGMAS,
-    is_memory_path,
+    is_file_database,
     run_sqlite_op,
     sqlite_pragmas,
     typed_busy_errors,
@@ -87,7 +87,7 @@ class AsyncSqliteExecutor:
                 # the sqlite3 connection living in aiosqlite's thread, so set it there.
                 await self._conn._execute(setattr, self._conn._conn, "isolation_level", None)
             pragmas = list(self._pragmas)
-            if not is_memory_path(self.path or ""):
+            if await self._conn._execute(is_file_database, self._conn._conn):
                 pragmas.extend(FILE_PRAGMAS)
             for pragma in pragmas:
                 # Read every result row: an undrained PRAGMA stays "in progress" and would

@@ -109,6 +109,15 @@ def is_memory_path(path: str) -> bool:
     return path in ("", ":memory:") or (path.startswith("file:") and "mode=memory" in path)
 
 
+def is_file_database(conn: sqlite3.Connection) -> bool:
+    """Whether the connection's main database is a file (WAL and vacuum settings apply);
+    asked of the connection itself, since a connection handed to us carries no path."""
+    for _seq, name, file in conn.execute("PRAGMA database_list").fetchall():
+        if name == "main":
+            return bool(file)
+    return False
+
+
 class _ConnHolder:
     """Owns one thread's connection; closing it when the holder is collected."""
 
@@ -205,7 +214,7 @@ class SqliteExecutor:
         conn.isolation_level = None
         for pragma in self._pragmas:
             conn.execute(pragma)
-        if not is_memory_path(self.path or ""):
+        if is_file_database(conn):
             for pragma in FILE_PRAGMAS:
                 conn.execute(pragma).fetchall()
 
