@@ -209,3 +209,49 @@ class BaseChannel(Generic[Value, Update, Checkpoint], ABC):
     def finish(self) -> bool:
         """The run is about to end; say whether the channel changed (and so the run goes on)."""
         return False
+
+
+class SingleValueChannel(BaseChannel[Value, Value, Value]):
+    """A channel holding one value (or MISSING): the storage, reads and copies that
+    LastValue, AnyValue, EphemeralValue and UntrackedValue share; they differ in `update`."""
+
+    __slots__ = ("value",)
+
+    value: Value | Any
+
+    def __init__(self, typ: Any, key: str = "") -> None:
+        super().__init__(typ, key)
+        self.value = MISSING
+
+    @property
+    def ValueType(self) -> Any:
+        return self.typ
+
+    @property
+    def UpdateType(self) -> Any:
+        return self.typ
+
+    def _empty_like(self) -> Self:
+        """A new, empty channel with this one's settings."""
+        return self.__class__(self.typ, key=self.key)
+
+    def copy(self) -> Self:
+        new = self._empty_like()
+        new.value = self.value
+        return new
+
+    def from_checkpoint(self, checkpoint: Value | Any) -> Self:
+        new = self._empty_like()
+        new.value = checkpoint
+        return new
+
+    def get(self) -> Value:
+        if self.value is MISSING:
+            raise self._empty_error()
+        return self.value
+
+    def is_available(self) -> bool:
+        return self.value is not MISSING
+
+    def checkpoint(self) -> Value | Any:
+        return self.value

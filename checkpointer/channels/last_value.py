@@ -5,45 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Generic, Self
 
-from checkpointer.channels.base import BaseChannel, Value
+from checkpointer.channels.base import BaseChannel, SingleValueChannel, Value
 from checkpointer.channels.markers import MISSING
 from checkpointer.errors import InvalidUpdateError
 
 __all__ = ("LastValue", "LastValueAfterFinish")
 
 
-class LastValue(Generic[Value], BaseChannel[Value, Value, Value]):
+class LastValue(Generic[Value], SingleValueChannel[Value]):
     """Holds the last value written; at most one write per step.
 
     Two parallel tasks writing the same plain key in one step is a race whose winner would
     depend on scheduling, so it is rejected instead of silently picking one.
     """
 
-    __slots__ = ("value",)
-
-    value: Value | Any
-
-    def __init__(self, typ: Any, key: str = "") -> None:
-        super().__init__(typ, key)
-        self.value = MISSING
-
-    @property
-    def ValueType(self) -> Any:
-        return self.typ
-
-    @property
-    def UpdateType(self) -> Any:
-        return self.typ
-
-    def copy(self) -> Self:
-        new = self.__class__(self.typ, self.key)
-        new.value = self.value
-        return new
-
-    def from_checkpoint(self, checkpoint: Value | Any) -> Self:
-        new = self.__class__(self.typ, self.key)
-        new.value = checkpoint
-        return new
+    __slots__ = ()
 
     def update(self, values: Sequence[Value]) -> bool:
         if not values:
@@ -56,17 +32,6 @@ class LastValue(Generic[Value], BaseChannel[Value, Value, Value]):
             )
         self.value = values[0]
         return True
-
-    def get(self) -> Value:
-        if self.value is MISSING:
-            raise self._empty_error()
-        return self.value
-
-    def is_available(self) -> bool:
-        return self.value is not MISSING
-
-    def checkpoint(self) -> Value | Any:
-        return self.value
 
 
 class LastValueAfterFinish(Generic[Value], BaseChannel[Value, Value, tuple[Value, bool]]):

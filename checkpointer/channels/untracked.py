@@ -5,28 +5,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Generic, Self
 
-from checkpointer.channels.base import BaseChannel, Value
+from checkpointer.channels.base import SingleValueChannel, Value
 from checkpointer.channels.markers import MISSING
 from checkpointer.errors import InvalidUpdateError
 
 __all__ = ("UntrackedValue",)
 
 
-class UntrackedValue(Generic[Value], BaseChannel[Value, Value, Value]):
+class UntrackedValue(Generic[Value], SingleValueChannel[Value]):
     """Holds the last value written, in memory only: `checkpoint()` is always MISSING.
 
     `copy()` still carries the value, so it survives within a run; a resumed run starts empty.
     """
 
-    __slots__ = ("guard", "value")
+    __slots__ = ("guard",)
 
-    value: Value | Any
     guard: bool
 
     def __init__(self, typ: Any, guard: bool = True, *, key: str = "") -> None:
         super().__init__(typ, key)
         self.guard = guard
-        self.value = MISSING
 
     def _config(self) -> tuple[Any, ...]:
         return (self.guard,)
@@ -34,25 +32,15 @@ class UntrackedValue(Generic[Value], BaseChannel[Value, Value, Value]):
     def __repr__(self) -> str:
         return f"UntrackedValue(key={self.key!r}, guard={self.guard})"
 
-    @property
-    def ValueType(self) -> Any:
-        return self.typ
-
-    @property
-    def UpdateType(self) -> Any:
-        return self.typ
-
-    def copy(self) -> Self:
-        new = self.__class__(self.typ, self.guard, key=self.key)
-        new.value = self.value
-        return new
+    def _empty_like(self) -> Self:
+        return self.__class__(self.typ, self.guard, key=self.key)
 
     def checkpoint(self) -> Any:
         return MISSING
 
     def from_checkpoint(self, checkpoint: Any) -> Self:
         # Whatever is passed is ignored: a stored value for this channel can only be stale.
-        return self.__class__(self.typ, self.guard, key=self.key)
+        return self._empty_like()
 
     def update(self, values: Sequence[Value]) -> bool:
         if not values:
@@ -64,11 +52,3 @@ class UntrackedValue(Generic[Value], BaseChannel[Value, Value, Value]):
             )
         self.value = values[-1]
         return True
-
-    def get(self) -> Value:
-        if self.value is MISSING:
-            raise self._empty_error()
-        return self.value
-
-    def is_available(self) -> bool:
-        return self.value is not MISSING
