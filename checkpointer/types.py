@@ -120,6 +120,10 @@ def make_config(
 
 
 def _configurable(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if type(config) is dict:  # the common case, without an ABC check
+        configurable = config.get("configurable")
+        if type(configurable) is dict:
+            return configurable
     if not isinstance(config, Mapping):
         raise ConfigError(f"config must be a dict with a 'configurable' key, got {config!r}")
     configurable = config.get("configurable")
@@ -133,6 +137,8 @@ def _configurable(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def _checked_text(key: str, value: str) -> str:
     """Ids end up in database text columns: refuse what no database can store."""
+    if value.isascii() and "\x00" not in value:
+        return value
     if "\x00" in value:
         raise ConfigError(f"config['configurable']['{key}'] contains a NUL character")
     try:
@@ -147,6 +153,8 @@ def _checked_text(key: str, value: str) -> str:
 def thread_id_of(config: Mapping[str, Any]) -> str:
     """The thread a config addresses; a clear error if it names none."""
     value = _configurable(config).get("thread_id")
+    if type(value) is str:
+        return _checked_text("thread_id", value)
     if value is None:
         raise ConfigError("config['configurable']['thread_id'] is required")
     if isinstance(value, bool) or not isinstance(value, str | int):

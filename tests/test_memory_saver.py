@@ -10,6 +10,7 @@ import pytest
 
 from checkpointer.channels import DeltaChannel, LastValue
 from checkpointer.errors import CheckpointerError
+from checkpointer.savers.base import dumps_json
 from checkpointer.savers.memory import InMemorySaver
 from checkpointer.types import empty_checkpoint, make_config
 from tests.chain import ChainDriver, values_at
@@ -81,7 +82,7 @@ def test_delete_for_runs_refuses_to_orphan_another_runs_history() -> None:
             assert tup is not None
             # Tag the checkpoint with its run as a runtime would.
             stored = saver._threads["t"][""][tup.checkpoint["id"]]
-            stored.metadata = saver.serde.dumps_typed({**tup.metadata, "run_id": run})
+            stored.metadata = dumps_json({**tup.metadata, "run_id": run})
             stored.run_id = run
             checkpoint_ids.append(tup.checkpoint["id"])
     with pytest.raises(CheckpointerError, match="cannot delete these runs"):

@@ -142,6 +142,18 @@ def resolve_now(now: datetime | None) -> datetime:
     return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
 
 
+def loads_metadata_json(text: str) -> dict[str, Any]:
+    """Metadata stored by `dumps_json`, with the delta counters back as the pairs they were
+    (JSON has no tuples)."""
+    metadata: dict[str, Any] = json.loads(text)
+    counters = metadata.get("counters_since_delta_snapshot")
+    if isinstance(counters, dict):
+        metadata["counters_since_delta_snapshot"] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in counters.items()
+        }
+    return metadata
+
+
 def parent_id_for_put(config: RunnableConfig, checkpoint: Checkpoint) -> str | None:
     """The parent a `put` links to; a checkpoint cannot be its own parent."""
     parent_id = checkpoint_id_of(config)

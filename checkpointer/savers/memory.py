@@ -30,6 +30,7 @@ from checkpointer.savers.base import (
     BaseCheckpointSaver,
     _HistoryWalk,
     dumps_json,
+    loads_metadata_json,
     metadata_matches,
     new_blob_channels,
     parent_id_for_put,
@@ -91,7 +92,7 @@ class _StoredCheckpoint:
     """A checkpoint row: the record without its values, which live in the blob store."""
 
     record: Typed
-    metadata: Typed
+    metadata: str  # JSON text, as the SQL savers store it: one encoding, the same round trip
     parent_id: str | None
     channel_versions: ChannelVersions
     run_id: str | None
@@ -193,7 +194,7 @@ class InMemorySaver(BaseCheckpointSaver):
                 stored = self._threads.get(thread_id, {}).get(ns, {}).get(checkpoint_id)
                 if stored is None:
                     continue
-                if wanted and not metadata_matches(load_typed(self.serde, stored.metadata), wanted):
+                if wanted and not metadata_matches(loads_metadata_json(stored.metadata), wanted):
                     continue
                 tup = self._load(thread_id, ns, checkpoint_id, stored)
             if remaining is not None:
@@ -261,7 +262,7 @@ class InMemorySaver(BaseCheckpointSaver):
         return CheckpointTuple(
             config=make_config(thread_id, ns, checkpoint_id),
             checkpoint=checkpoint,
-            metadata=load_typed(self.serde, stored.metadata),
+            metadata=loads_metadata_json(stored.metadata),  # type: ignore[arg-type]
             parent_config=parent,
             pending_writes=pending,
         )
@@ -276,7 +277,6 @@ class InMemorySaver(BaseCheckpointSaver):
     ) -> RunnableConfig:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         parent_id = parent_id_for_put(config, checkpoint)
-        dumps_json(dict(metadata))  # the same metadata every saver accepts
         record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         blobs = {
             (thread_id, ns, channel, str(version)): self.serde.dumps_typed(value)
@@ -284,7 +284,7 @@ class InMemorySaver(BaseCheckpointSaver):
         }
         stored = _StoredCheckpoint(
             record=self.serde.dumps_typed(record),
-            metadata=self.serde.dumps_typed(dict(metadata)),
+            metadata=dumps_json(dict(metadata)),  # refuses what every saver refuses
             parent_id=parent_id,
             channel_versions=dict(checkpoint["channel_versions"]),
             run_id=_run_id(metadata),
@@ -555,7 +555,7 @@ class InMemorySaver(BaseCheckpointSaver):
                     versions={ch: str(v) for ch, v in stored.channel_versions.items()},
                     ts=parse_ts(stored.ts),
                     pinned=stored.pinned,
-                    size=len(stored.record[1]) + len(stored.metadata[1]),
+                    size=len(stored.record[1]) + len(stored.metadata.encode()),
                     writes=len(stored.writes),
                     writes_size=sum(len(w.value[1]) for w in stored.writes.values()),
                     interrupted=any(w.channel == INTERRUPT for w in stored.writes.values()),

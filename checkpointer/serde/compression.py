@@ -16,6 +16,8 @@ Needs the `zstandard` package (imported on first use).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from checkpointer.errors import (
@@ -113,6 +115,26 @@ def load_typed(serde: Serializer, data: tuple[str, bytes], **where: str | None) 
         raise CorruptValueError(str(exc), **where) from exc
 
 
+def value_loader(serde: Serializer) -> Callable[..., Any]:
+    """`load_typed` bound to `serde`, for reading many values in one go.
+
+    Serializers that offer a `fast_loader` (the msgpack one) decode through it; a value it
+    cannot read goes through `load_typed` again, which raises the located error.
+    """
+    make_fast = getattr(serde, "fast_loader", None)
+    if make_fast is None:
+        return partial(load_typed, serde)
+    fast = make_fast()
+
+    def load(data: tuple[str, bytes], **where: str | None) -> Any:
+        try:
+            return fast(data)
+        except Exception:
+            return load_typed(serde, data, **where)
+
+    return load
+
+
 class CompressingSerializer:
     """Wraps a serializer and zstd-compresses the values whose bytes reach `threshold`.
 
@@ -168,3 +190,22 @@ class CompressingSerializer:
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         return self.inner.loads_typed(decompress_typed(data, self.max_decompressed_size))
+
+
+_STORED_DEFAULT: CompressingSerializer | None = None
+
+
+def database_default_serializer() -> CompressingSerializer:
+    """What the SQLite and PostgreSQL savers use when given no serializer: the default
+    msgpack serializer with values of a kilobyte or more zstd-compressed.
+
+    A chat history rewritten at every step is most of a database's bytes; zstd keeps about
+    a third of it, and writing less pays for the compression. The in-memory saver stays
+    uncompressed: it has no disk to save.
+    """
+    global _STORED_DEFAULT
+    if _STORED_DEFAULT is None:
+        from checkpointer.serde.msgpack_serde import default_serializer
+
+        _STORED_DEFAULT = CompressingSerializer(default_serializer())
+    return _STORED_DEFAULT

@@ -450,7 +450,7 @@ def _reencrypt_memory(
     report: ReencryptReport,
     dry_run: bool,
 ) -> None:
-    """The in-memory saver's stores, under its lock (it serializes records and metadata
+    """The in-memory saver's stores, under its lock (it serializes checkpoint records
     through the serializer too)."""
     wanted = None if threads is None else set(threads)
 
@@ -476,9 +476,6 @@ def _reencrypt_memory(
                 for checkpoint_id, stored in namespace.items():
                     stored.record = visit(
                         stored.record, ValueLocation.checkpoint(thread_id, ns, checkpoint_id)
-                    )
-                    stored.metadata = visit(
-                        stored.metadata, ValueLocation.metadata(thread_id, ns, checkpoint_id)
                     )
                     _visit_writes(stored.writes, thread_id, ns, checkpoint_id, visit)
         for (thread_id, ns, checkpoint_id), writes in saver._orphan_writes.items():
@@ -594,8 +591,8 @@ def _cas_plan(stmt: Any, update: str, updates: list[dict[str, Any]]) -> Any:
 
 def iter_stored_values(saver: Any) -> Iterator[tuple[ValueLocation, tuple[str, bytes]]]:
     """Every stored value with its location, as the storage holds it (for audits and tests):
-    blobs and pending writes of the sync SQL savers; also records and metadata of the
-    in-memory saver."""
+    blobs and pending writes of the sync SQL savers; also records of the in-memory saver.
+    Metadata is JSON text in every saver (filterable, so never encrypted)."""
     if _is_memory(saver):
         with saver._lock:
             items: list[tuple[ValueLocation, tuple[str, bytes]]] = [
@@ -606,12 +603,6 @@ def iter_stored_values(saver: Any) -> Iterator[tuple[ValueLocation, tuple[str, b
                     for checkpoint_id, stored in namespace.items():
                         items.append(
                             (ValueLocation.checkpoint(thread_id, ns, checkpoint_id), stored.record)
-                        )
-                        items.append(
-                            (
-                                ValueLocation.metadata(thread_id, ns, checkpoint_id),
-                                stored.metadata,
-                            )
                         )
                         for w in stored.writes.values():
                             items.append(

@@ -24,6 +24,7 @@ import dataclasses
 import importlib
 import re
 import sys
+import threading
 from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterable
 from datetime import date, datetime, time, timedelta, timezone
@@ -286,10 +287,12 @@ class MsgpackSerializer:
             "use_bin_type": True,
             "datetime": False,
         }
-        self._pack_fast: Callable[[Any], bytes] = partial(msgpack.packb, **options)
+        self._pack_options = options
+        self._pack_new: Callable[[Any], bytes] = partial(msgpack.packb, **options)
         self._pack_surrogates: Callable[[Any], bytes] = partial(
             msgpack.packb, unicode_errors="surrogatepass", **options
         )
+        self._packers = _PackerSlot()
 
     # ----------------------------------------------------------------- configuration
 
@@ -321,6 +324,18 @@ class MsgpackSerializer:
             self._codecs_by_type,
             Codec(name, cls, encode, decode, include_subclasses),
         )
+
+    def __copy__(self) -> MsgpackSerializer:
+        return self._copy()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_packers"]  # per-thread Packers bound to this instance: never shared
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._packers = _PackerSlot()
 
     def _copy(self) -> MsgpackSerializer:
         new = MsgpackSerializer(
@@ -420,6 +435,35 @@ class MsgpackSerializer:
             return None
         raise DeserializationError(f"unknown serialization tag {tag!r}")
 
+    def fast_loader(self) -> Callable[[tuple[str, bytes]], Any]:
+        """`loads_typed` for a batch of values read together (a thread's history, a page
+        of checkpoints): one set of hooks for the whole batch instead of one per value.
+
+        Any failure raises; the caller retries that value through `loads_typed` for the
+        precise error. Other tags (bytes, null, compressed) take the ordinary path.
+        """
+        decoding = _Decoding(self)
+        ext_hook, list_hook = decoding.ext_hook, decoding.list_hook
+        unpackb, slow = msgpack.unpackb, self.loads_typed
+
+        def load(data: tuple[str, bytes]) -> Any:
+            tag, raw = data
+            if tag != TAG_MSGPACK or type(raw) is not bytes:
+                return slow(data)
+            value = unpackb(
+                raw,
+                ext_hook=ext_hook,
+                list_hook=list_hook,
+                strict_map_key=False,
+                unicode_errors="surrogatepass",
+            )
+            if decoding.open_markers:
+                decoding.open_markers = 0
+                raise DeserializationError("corrupt msgpack data: misplaced extension marker")
+            return value
+
+        return load
+
     # ---------------------------------------------------------------------- encoding
 
     def _default(self, obj: Any) -> Any:
@@ -490,6 +534,21 @@ class MsgpackSerializer:
             return self._pack_fast(obj)
         except UnicodeEncodeError:
             return self._pack_surrogates(obj)
+
+    def _pack_fast(self, obj: Any) -> bytes:
+        """Pack with this thread's reusable Packer (building one per call costs more than
+        packing a small value). A nested dump from inside `_default` gets a fresh one."""
+        slot = self._packers
+        if slot.busy:
+            return self._pack_new(obj)
+        packer = slot.packer
+        if packer is None:
+            packer = slot.packer = msgpack.Packer(**self._pack_options)
+        slot.busy = True
+        try:
+            return packer.pack(obj)
+        finally:
+            slot.busy = False
 
     def _encodable(self, value: Any) -> bool:
         try:
@@ -626,6 +685,14 @@ class MsgpackSerializer:
             return cls.construct(_fields_set=_str_set(fields_set), **values)
         args_, state = _expect_list(rest, 2, "exception")
         return _build_exception(cls, args_, _str_dict(state, "exception"))
+
+
+class _PackerSlot(threading.local):
+    """One msgpack Packer per thread (Packers are not thread-safe), and whether it is in
+    use (a codec may dump a nested value while the outer value is being packed)."""
+
+    packer: Any = None
+    busy: bool = False
 
 
 class _Marker:

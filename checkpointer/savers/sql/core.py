@@ -27,7 +27,7 @@ from checkpointer.savers.base import (
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
-from checkpointer.serde.compression import load_typed
+from checkpointer.serde.compression import load_typed, value_loader
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -218,6 +218,14 @@ class Dialect:
     def versions_column(self, record: str) -> str:
         """The channel_versions object of a record, as the driver returns JSON."""
         raise NotImplementedError
+
+    def may_hold_version(self, record: str, version: str) -> str | None:
+        """A cheap test that is false only when `record` cannot hold the version text
+        `version` (an SQL expression), or None where reading the version is cheap already.
+
+        The delta-history walk asks it at every ancestor before parsing the record's JSON:
+        over a long chain the parse, not the primary-key chase, is what costs."""
+        return None
 
     def counters_column(self, column: str) -> str:
         """The metadata's counters_since_delta_snapshot object, as the driver returns JSON."""
@@ -577,10 +585,20 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             )
 
         def stored_at(record: str, i: int) -> str:
-            return (
+            exact = (
                 f"EXISTS (SELECT 1 FROM {d.blobs} sb WHERE sb.thread_id = {p('thread_id')} "
                 f"AND sb.checkpoint_ns = {p('checkpoint_ns')} AND sb.channel = {p(f'ch{i}')} "
                 f"AND sb.version = {d.version_of(record, p(f'ch{i}'))})"
+            )
+            maybe = d.may_hold_version(record, "sv.version")
+            if maybe is None:
+                return exact
+            # Only the channel's few stored versions (snapshots) can end the walk: skip the
+            # JSON parse at ancestors whose record mentions none of them.
+            return (
+                f"EXISTS (SELECT 1 FROM {d.blobs} sv WHERE sv.thread_id = {p('thread_id')} "
+                f"AND sv.checkpoint_ns = {p('checkpoint_ns')} AND sv.channel = {p(f'ch{i}')} "
+                f"AND {maybe}) AND {exact}"
             )
 
         seeded_bits = " + ".join(
@@ -657,15 +675,12 @@ def decode_delta_history(
     """Rows (kind, depth, channel, task_path, task_id, idx, type, blob), seeds first, then
     writes oldest first, to one history per channel."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
-
-    def loads(data: tuple[str, bytes]) -> Any:
-        return load_typed(serde, data)
-
+    loads = value_loader(serde)
     for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob in rows:
         entry = out.get(channel)
         if entry is None:
             continue
-        value = loads((type_, bytes(blob)))
+        value = loads((type_, blob if type(blob) is bytes else bytes(blob)))
         if kind == 0:
             entry["seed"] = value
         else:

@@ -53,6 +53,7 @@ from checkpointer.savers.sql.core import (
 )
 from checkpointer.savers.sql.migration import check_revision
 from checkpointer.serde import Serializer
+from checkpointer.serde.compression import database_default_serializer
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -327,7 +328,7 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     _executor: SyncExecutor
 
     def __init__(self, *, serde: Serializer | None, page_size: int = DEFAULT_PAGE_SIZE) -> None:
-        super().__init__(serde=serde)
+        super().__init__(serde=serde if serde is not None else database_default_serializer())
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.page_size = page_size
@@ -482,7 +483,7 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     _executor: AsyncExecutor
 
     def __init__(self, *, serde: Serializer | None, page_size: int = DEFAULT_PAGE_SIZE) -> None:
-        super().__init__(serde=serde)
+        super().__init__(serde=serde if serde is not None else database_default_serializer())
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.page_size = page_size

@@ -83,6 +83,11 @@ class SqliteDialect(Dialect):
             f"AS jv WHERE jv.key = {channel})"
         )
 
+    def may_hold_version(self, record: str, version: str) -> str | None:
+        # The record is JSON text in which a version of these characters appears verbatim
+        # (no escaping); any other version is assumed present, so the exact test decides.
+        return f"(instr({record}, {version}) > 0 OR {version} GLOB '*[^0-9A-Za-z._:+-]*')"
+
     def counters_column(self, column: str) -> str:
         return f"json_extract({column}, '$.counters_since_delta_snapshot')"
 
