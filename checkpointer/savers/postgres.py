@@ -47,7 +47,7 @@ def _connect_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
 
 
 def _cannot_connect(conninfo: str, schema: str, exc: Exception) -> StorageUnavailableError:
-    where = PostgresDialect(schema).describe()
+    where = f"PostgreSQL schema {schema!r}"
     at = location(conninfo)
     return StorageUnavailableError(
         f"{where}{f' at {at}' if at else ''}: cannot connect ({type(exc).__name__}: "
@@ -127,7 +127,11 @@ class PostgresSaver(SyncSqlSaver):
                 connection = Connection.connect(conninfo, **_connect_kwargs(prepare_threshold))
             except OperationalError as exc:
                 raise _cannot_connect(conninfo, kwargs.get("schema", "public"), exc) from exc
-            saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            try:
+                saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            except BaseException:
+                connection.close()
+                raise
             saver._executor._owns = True
         try:
             if setup:
@@ -209,7 +213,11 @@ class AsyncPostgresSaver(AsyncSqlSaver):
                 )
             except OperationalError as exc:
                 raise _cannot_connect(conninfo, kwargs.get("schema", "public"), exc) from exc
-            saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            try:
+                saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            except BaseException:
+                await connection.close()
+                raise
             saver._executor._owns = True
         try:
             if setup:
