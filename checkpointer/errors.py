@@ -143,5 +143,7 @@ class StorageBusyError(CheckpointerError):
 
 
 class StorageUnavailableError(CheckpointerError):
-    """The database connection failed and could not be re-established within the retry
-    budget; nothing acknowledged before this error is lost."""
+    """The database connection failed and the operation was not recovered: the retries ran
+    out, the operation is not safe to repeat, or there is no pool to reconnect from (the
+    message says which, and names the database). Nothing acknowledged before it is lost;
+    the driver's error is the `__cause__`."""

@@ -5,6 +5,11 @@ there is no saver-wide lock: every operation borrows a connection for its statem
 Most operations are a single statement (put: blobs and checkpoint together; get_tuple;
 list page; delta history), so they work behind PgBouncer in transaction mode; pass
 `prepare_threshold=None` there so no server-side prepared statement is ever used.
+
+When a pooled connection dies (server restart, idle timeout, pg_terminate_backend), reads,
+put, put_writes and setup are re-run on a fresh connection up to `retries` times; other
+operations, and failures past the retries, raise `StorageUnavailableError` (see
+`checkpointer.savers.sql.pg_faults`).
 """
 
 from __future__ import annotations
@@ -13,8 +18,15 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from checkpointer.errors import StorageUnavailableError
 from checkpointer.savers.sql.async_exec import AsyncPostgresExecutor
 from checkpointer.savers.sql.migration import parse_url
+from checkpointer.savers.sql.pg_faults import (
+    DEFAULT_RETRIES,
+    DEFAULT_RETRY_BACKOFF,
+    RetryPolicy,
+    location,
+)
 from checkpointer.savers.sql.postgres_dialect import PostgresDialect
 from checkpointer.savers.sql.saver import DEFAULT_PAGE_SIZE, AsyncSqlSaver, SyncSqlSaver
 from checkpointer.savers.sql.sync_exec import PostgresExecutor
@@ -34,6 +46,15 @@ def _connect_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
     return {"autocommit": True, "prepare_threshold": prepare_threshold}
 
 
+def _cannot_connect(conninfo: str, schema: str, exc: Exception) -> StorageUnavailableError:
+    where = f"PostgreSQL schema {schema!r}"
+    at = location(conninfo)
+    return StorageUnavailableError(
+        f"{where}{f' at {at}' if at else ''}: cannot connect ({type(exc).__name__}: "
+        f"{' '.join(str(exc).split())})"
+    )
+
+
 class PostgresSaver(SyncSqlSaver):
     """Checkpoints in PostgreSQL (tables in `schema`, default "public")."""
 
@@ -50,12 +71,18 @@ class PostgresSaver(SyncSqlSaver):
         max_size: int = 10,
         pool_kwargs: dict[str, Any] | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
+        retries: int = DEFAULT_RETRIES,
+        retry_backoff: float = DEFAULT_RETRY_BACKOFF,
     ) -> None:
         """`conn`: a psycopg `Connection`, a `psycopg_pool.ConnectionPool`, or a URL (the
         saver then opens and owns a pool of `min_size`..`max_size` connections).
         `prepare_threshold=None` disables server-side prepared statements (PgBouncer in
-        transaction mode), also on connections you pass in."""
+        transaction mode), also on connections you pass in. `retries`: how many times an
+        operation that is safe to repeat is re-run on a fresh pooled connection after its
+        connection died (0: never), waiting `retry_backoff` seconds, doubled each time."""
         super().__init__(serde=serde, page_size=page_size)
+        self._dialect = PostgresDialect(schema)
+        retry = RetryPolicy(retries, retry_backoff)
         owns = False
         if isinstance(conn, str):
             from psycopg_pool import ConnectionPool
@@ -69,8 +96,13 @@ class PostgresSaver(SyncSqlSaver):
                 **(pool_kwargs or {}),
             )
             owns = True
-        self._executor = PostgresExecutor(conn, prepare=prepare_threshold is not None, owns=owns)
-        self._dialect = PostgresDialect(schema)
+        self._executor = PostgresExecutor(
+            conn,
+            prepare=prepare_threshold is not None,
+            owns=owns,
+            where=self._dialect.describe(),
+            retry=retry,
+        )
 
     @classmethod
     @contextmanager
@@ -88,12 +120,18 @@ class PostgresSaver(SyncSqlSaver):
         if pool:
             saver = cls(conn_string, prepare_threshold=prepare_threshold, **kwargs)
         else:
-            from psycopg import Connection
+            from psycopg import Connection, OperationalError
 
-            connection = Connection.connect(
-                _conninfo(conn_string), **_connect_kwargs(prepare_threshold)
-            )
-            saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            conninfo = _conninfo(conn_string)
+            try:
+                connection = Connection.connect(conninfo, **_connect_kwargs(prepare_threshold))
+            except OperationalError as exc:
+                raise _cannot_connect(conninfo, kwargs.get("schema", "public"), exc) from exc
+            try:
+                saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            except BaseException:
+                connection.close()
+                raise
             saver._executor._owns = True
         try:
             if setup:
@@ -121,10 +159,15 @@ class AsyncPostgresSaver(AsyncSqlSaver):
         max_size: int = 10,
         pool_kwargs: dict[str, Any] | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
+        retries: int = DEFAULT_RETRIES,
+        retry_backoff: float = DEFAULT_RETRY_BACKOFF,
     ) -> None:
         """`conn`: a psycopg `AsyncConnection`, a `psycopg_pool.AsyncConnectionPool`, or a
-        URL (the saver then owns a pool, opened on first use)."""
+        URL (the saver then owns a pool, opened on first use). The other options are those
+        of `PostgresSaver`."""
         super().__init__(serde=serde, page_size=page_size)
+        self._dialect = PostgresDialect(schema)
+        retry = RetryPolicy(retries, retry_backoff)
         owns = False
         if isinstance(conn, str):
             from psycopg_pool import AsyncConnectionPool
@@ -139,9 +182,12 @@ class AsyncPostgresSaver(AsyncSqlSaver):
             )
             owns = True
         self._executor = AsyncPostgresExecutor(
-            conn, prepare=prepare_threshold is not None, owns=owns
+            conn,
+            prepare=prepare_threshold is not None,
+            owns=owns,
+            where=self._dialect.describe(),
+            retry=retry,
         )
-        self._dialect = PostgresDialect(schema)
 
     @classmethod
     @asynccontextmanager
@@ -158,12 +204,20 @@ class AsyncPostgresSaver(AsyncSqlSaver):
             saver = cls(conn_string, prepare_threshold=prepare_threshold, **kwargs)
             await saver._executor.open()
         else:
-            from psycopg import AsyncConnection
+            from psycopg import AsyncConnection, OperationalError
 
-            connection = await AsyncConnection.connect(
-                _conninfo(conn_string), **_connect_kwargs(prepare_threshold)
-            )
-            saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            conninfo = _conninfo(conn_string)
+            try:
+                connection = await AsyncConnection.connect(
+                    conninfo, **_connect_kwargs(prepare_threshold)
+                )
+            except OperationalError as exc:
+                raise _cannot_connect(conninfo, kwargs.get("schema", "public"), exc) from exc
+            try:
+                saver = cls(connection, prepare_threshold=prepare_threshold, **kwargs)
+            except BaseException:
+                await connection.close()
+                raise
             saver._executor._owns = True
         try:
             if setup:

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from checkpointer.errors import CheckpointerError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
+from checkpointer.savers.sql.pg_faults import (
+    RetryPolicy,
+    gave_up,
+    is_connection_failure,
+    is_pool_timeout,
+    location,
+    not_repeatable,
+    pool_exhausted,
+    single_connection,
+)
 from checkpointer.savers.sql.sync_exec import (
     FILE_PRAGMAS,
     is_file_database,
@@ -151,9 +163,18 @@ class AsyncSqliteExecutor:
 
 
 class AsyncPostgresExecutor:
-    """psycopg async: a pool (no lock) or one connection (an asyncio lock per operation)."""
+    """psycopg async: a pool (no lock) or one connection (an asyncio lock per operation).
+    Lost connections are handled as in the sync `PostgresExecutor` (see `pg_faults`)."""
 
-    def __init__(self, source: Any, *, prepare: bool = True, owns: bool = False) -> None:
+    def __init__(
+        self,
+        source: Any,
+        *,
+        prepare: bool = True,
+        owns: bool = False,
+        where: str = "PostgreSQL database",
+        retry: RetryPolicy | None = None,
+    ) -> None:
         from psycopg import AsyncConnection
         from psycopg_pool import AsyncConnectionPool
 
@@ -163,6 +184,7 @@ class AsyncPostgresExecutor:
         self._lock: asyncio.Lock | None = None
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
+        self.retry = retry or RetryPolicy()
         if isinstance(source, AsyncConnectionPool):
             self._pool: Any = source
             self._conn: Any = None
@@ -173,6 +195,8 @@ class AsyncPostgresExecutor:
                 "expected a psycopg AsyncConnection or psycopg_pool AsyncConnectionPool, got "
                 f"{type(source).__name__}"
             )
+        at = location(source)
+        self.where = f"{where} at {at}" if at else where
 
     async def open(self) -> None:
         """Open a pool this executor created (it cannot be opened before a loop runs)."""
@@ -210,17 +234,56 @@ class AsyncPostgresExecutor:
         await cur.execute(stmt.sql, stmt.params or None, prepare=self._prepare)
         return list(await cur.fetchall()) if stmt.fetch else []
 
-    async def run(self, op: Op[T]) -> T:
+    async def _run_on(self, conn: Any, op: Op[T]) -> T:
         from psycopg.rows import tuple_row
 
-        async with (
-            self._connection() as conn,
-            conn.cursor(binary=True, row_factory=tuple_row) as cur,
-        ):
+        async with conn.cursor(binary=True, row_factory=tuple_row) as cur:
             if op.txn or not conn.autocommit:
                 async with conn.transaction():
                     return await adrive(op, lambda s: self._execute(cur, s))
             return await adrive(op, lambda s: self._execute(cur, s))
+
+    async def run(self, op: Op[T]) -> T:
+        import psycopg
+
+        retries = 0
+        attempt = op
+        while True:
+            sent = False
+            lost: psycopg.Error | None = None
+            try:
+                async with self._connection() as conn:
+                    try:
+                        if self._pool is not None and op.restart is None:
+                            # See PostgresExecutor.run: swap a connection that died idle.
+                            await self._pool.check_connection(conn)
+                        sent = True
+                        return await self._run_on(conn, attempt)
+                    except psycopg.Error as exc:
+                        if not is_connection_failure(exc, conn):
+                            raise
+                        lost = exc
+            except psycopg.Error as exc:
+                if is_pool_timeout(exc):
+                    raise pool_exhausted(self.where, exc) from exc
+                raise
+            assert lost is not None
+            if self._pool is None:
+                raise single_connection(self.where, lost) from lost
+            await self._purge()
+            if sent and op.restart is None:
+                raise not_repeatable(self.where, lost) from lost
+            if retries >= self.retry.retries:
+                raise gave_up(self.where, lost, self.retry.retries) from lost
+            retries += 1
+            await asyncio.sleep(self.retry.delay(retries))
+            if sent:
+                assert op.restart is not None
+                attempt = replace(op, plan=op.restart())
+
+    async def _purge(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._pool.check()
 
     async def close(self) -> None:
         if not self._owns:

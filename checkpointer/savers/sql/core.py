@@ -73,10 +73,41 @@ Plan = Generator[Stmt, list[Row], T]
 @dataclass(slots=True)
 class Op(Generic[T]):
     """A plan plus how to run it: `txn` asks for one write transaction around every
-    statement (SQLite `BEGIN IMMEDIATE`; a PostgreSQL transaction block)."""
+    statement (SQLite `BEGIN IMMEDIATE`; a PostgreSQL transaction block).
+
+    `restart` builds the plan afresh. Only an op that is safe to run again from the start
+    has one (see `repeatable`); an executor that lost its connection mid-op may re-run
+    such an op on a new connection, and must never re-run any other.
+    """
 
     plan: Plan[T]
     txn: bool = False
+    restart: Callable[[], Plan[T]] | None = None
+
+
+def repeatable(build: Callable[[], Op[T]]) -> Op[T]:
+    """`build()`'s op, marked safe to repeat: a retry calls `build` again for a new plan.
+
+    Mark only ops whose repetition is harmless even if the first run committed without
+    the client hearing back (a connection lost during COMMIT): reads; the schema setup
+    (one version-checked transaction); put and put_writes (upserts keyed by their ids,
+    whose summary deltas are measured against the rows already there, so a repeat adds
+    nothing). Deletes, prune, retention, copy, pin, TTL and maintenance stay unmarked: a
+    repeat could undo or destroy what another writer did in between.
+    """
+    op = build()
+    op.restart = lambda: build().plan
+    return op
+
+
+def read_plan(make: Callable[[], Plan[T]]) -> Op[T]:
+    """A read-only plan built by `make`, safe to repeat."""
+    return repeatable(lambda: Op(make()))
+
+
+def read_op(stmt: Stmt) -> Op[list[Row]]:
+    """A one-statement read, safe to repeat."""
+    return read_plan(lambda: single(stmt))
 
 
 def single(stmt: Stmt) -> Plan[list[Row]]:
@@ -725,16 +756,21 @@ def put_op(
     meta_text = encode_metadata(metadata)
     d.check_metadata(meta_text)
     run_id = metadata.get("run_id")
-    op = d.put_plan(
-        thread_id,
-        ns,
-        checkpoint_id,
-        parent_id,
-        None if run_id is None else str(run_id),
-        encode_record(checkpoint),
-        meta_text,
-        blobs,
-        resolve_now(None),
+    record = encode_record(checkpoint)
+    # Repeatable: blobs insert-if-absent, the checkpoint row is upserted by its id, and the
+    # summary adds only what changed against the prior row (nothing, on a repeat).
+    op = repeatable(
+        lambda: d.put_plan(
+            thread_id,
+            ns,
+            checkpoint_id,
+            parent_id,
+            None if run_id is None else str(run_id),
+            record,
+            meta_text,
+            blobs,
+            resolve_now(None),
+        )
     )
     return op, make_config(thread_id, ns, checkpoint_id)
 
@@ -765,15 +801,19 @@ def put_writes_op(
         if idx in rows and not replace:
             continue
         rows[idx] = (idx, channel, *dumps(value))
-    return d.put_writes_plan(
-        thread_id,
-        ns,
-        checkpoint_id,
-        stored_task_id,
-        task_path,
-        list(rows.values()),
-        replace,
-        resolve_now(None),
+    # Repeatable: rows are keyed by (checkpoint, task, idx); a repeat inserts nothing new or
+    # replaces a row by the same value, and the summary adds only the difference.
+    return repeatable(
+        lambda: d.put_writes_plan(
+            thread_id,
+            ns,
+            checkpoint_id,
+            stored_task_id,
+            task_path,
+            list(rows.values()),
+            replace,
+            resolve_now(None),
+        )
     )
 
 

@@ -12,6 +12,7 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Coroutine, Generator, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from checkpointer.channels import BaseChannel
@@ -49,7 +50,9 @@ from checkpointer.savers.sql.core import (
     list_page_stmt,
     put_op,
     put_writes_op,
-    single,
+    read_op,
+    read_plan,
+    repeatable,
 )
 from checkpointer.savers.sql.migration import check_revision
 from checkpointer.serde import Serializer
@@ -101,14 +104,16 @@ class _SqlPrograms:
         return self._dialect.describe()
 
     def _p_check_schema(self) -> Program[None]:
-        found = yield Op(self._dialect.version_plan())
+        found = yield read_plan(self._dialect.version_plan)
         check_revision(found, where=self._where())
 
     def _p_setup(self) -> Program[None]:
-        yield Op(self._dialect.setup_plan(), txn=True)
+        # Repeatable: one transaction that reads the schema version before changing anything,
+        # so a repeat after a lost COMMIT finds the schema current and does nothing.
+        yield repeatable(lambda: Op(self._dialect.setup_plan(), txn=True))
 
     def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
-        rows: list[Row] = yield Op(single(get_tuple_stmt(self._dialect, config)))
+        rows: list[Row] = yield read_op(get_tuple_stmt(self._dialect, config))
         tuples = decode_tuples(rows, self.serde, self._dialect)
         return tuples[0] if tuples else None
 
@@ -170,7 +175,7 @@ class _SqlPrograms:
             return {}
         out: dict[str, DeltaChannelHistory] = {}
         for chunk, stmt in delta_history_stmts(self._dialect, config, channels):
-            rows: list[Row] = yield Op(single(stmt))
+            rows: list[Row] = yield read_op(stmt)
             out.update(decode_delta_history(rows, chunk, self.serde, self._dialect))
         return out
 
@@ -189,7 +194,7 @@ class _SqlPrograms:
         report = RetentionReport(policy.describe(), dry_run)
         if isinstance(policy, IdleThreadTTL):
             cutoff = at - policy.ttl
-            candidates = yield Op(lc.idle_threads_plan(d, cutoff, thread_ids))
+            candidates = yield read_plan(lambda: lc.idle_threads_plan(d, cutoff, thread_ids))
             still = f"updated_at < {d.typed(d.p('cutoff'), 'ts')}"
             report.threads = yield from self._p_delete_whole(
                 candidates,
@@ -199,7 +204,7 @@ class _SqlPrograms:
                 spare_interrupted=policy.keep_interrupted,
             )
             return report
-        threads = yield Op(lc.thread_ids_plan(d, thread_ids))
+        threads = yield read_plan(lambda: lc.thread_ids_plan(d, thread_ids))
         for thread_id in threads:
             plan = lc.retain_thread_plan(
                 d, self.serde, thread_id, policy, specs=channels, now=at, dry_run=dry_run
@@ -225,7 +230,7 @@ class _SqlPrograms:
             if candidate.pinned:
                 skipped = "has a pinned checkpoint"
             elif spare_interrupted and (
-                yield Op(lc.pending_interrupt_plan(d, candidate.thread_id))
+                yield read_plan(partial(lc.pending_interrupt_plan, d, candidate.thread_id))
             ):
                 skipped = "waiting on an interrupt"
             if skipped is not None:
@@ -247,7 +252,7 @@ class _SqlPrograms:
         at = resolve_now(now)
         d = self._dialect
         report = RetentionReport("delete threads past their TTL", dry_run)
-        candidates = yield Op(lc.expired_threads_plan(d, at))
+        candidates = yield read_plan(lambda: lc.expired_threads_plan(d, at))
         still = f"expires_at <= {d.typed(d.p('now'), 'ts')}"
         report.threads = yield from self._p_delete_whole(
             candidates, still, {"now": d.ts_param(at)}, dry_run, spare_interrupted=False
@@ -270,7 +275,7 @@ class _SqlPrograms:
         return make_config(thread_id, ns, found)
 
     def _p_list_pinned(self, thread_id: str) -> Program[builtins.list[RunnableConfig]]:
-        rows = yield Op(lc.list_pinned_plan(self._dialect, str(thread_id)))
+        rows = yield read_plan(lambda: lc.list_pinned_plan(self._dialect, str(thread_id)))
         return [make_config(str(thread_id), ns, cid) for ns, cid in rows]
 
     def _p_list_threads(
@@ -284,8 +289,8 @@ class _SqlPrograms:
         validate_thread_listing(sort, limit, offset)
         if isinstance(thread_ids, str):
             thread_ids = [thread_ids]
-        summaries = yield Op(
-            lc.list_threads_plan(
+        summaries = yield read_plan(
+            lambda: lc.list_threads_plan(
                 self._dialect,
                 sort=sort,
                 descending=descending,
@@ -319,7 +324,7 @@ class _SqlPrograms:
         size = self.page_size if remaining is None else min(remaining, self.page_size)
         if size <= 0:
             return None
-        return Op(single(list_page_stmt(self._dialect, query, after, size))), size
+        return read_op(list_page_stmt(self._dialect, query, after, size)), size
 
 
 class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):

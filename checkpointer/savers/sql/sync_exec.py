@@ -9,13 +9,25 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from checkpointer.errors import CheckpointerError, StorageBusyError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
+from checkpointer.savers.sql.pg_faults import (
+    RetryPolicy,
+    gave_up,
+    is_connection_failure,
+    is_pool_timeout,
+    location,
+    not_repeatable,
+    pool_exhausted,
+    single_connection,
+)
 
 T = TypeVar("T")
 
@@ -253,9 +265,22 @@ class SqliteExecutor:
 
 class PostgresExecutor:
     """Runs plans on psycopg: a pool (no lock: each operation borrows a connection) or one
-    connection (a lock held for one operation at a time, never while iterating)."""
+    connection (a lock held for one operation at a time, never while iterating).
 
-    def __init__(self, source: Any, *, prepare: bool = True, owns: bool = False) -> None:
+    A lost connection is handled as `pg_faults` explains: with a pool, a repeatable
+    operation is re-run on a fresh connection (`retry` bounds how often); any other
+    failure of the connection becomes `StorageUnavailableError`.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        prepare: bool = True,
+        owns: bool = False,
+        where: str = "PostgreSQL database",
+        retry: RetryPolicy | None = None,
+    ) -> None:
         from psycopg import Connection
         from psycopg_pool import ConnectionPool
 
@@ -263,6 +288,7 @@ class PostgresExecutor:
         self._prepare: bool | None = None if prepare else False
         self._owns = owns
         self._lock = threading.Lock()
+        self.retry = retry or RetryPolicy()
         if isinstance(source, ConnectionPool):
             self._pool: Any = source
             self._conn: Any = None
@@ -273,6 +299,8 @@ class PostgresExecutor:
                 "expected a psycopg Connection or psycopg_pool ConnectionPool, got "
                 f"{type(source).__name__}"
             )
+        at = location(source)
+        self.where = f"{where} at {at}" if at else where
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
@@ -295,16 +323,61 @@ class PostgresExecutor:
         cur.execute(stmt.sql, stmt.params or None, prepare=self._prepare)
         return cur.fetchall() if stmt.fetch else []
 
-    def run(self, op: Op[T]) -> T:
+    def _run_on(self, conn: Any, op: Op[T]) -> T:
         from psycopg.rows import tuple_row
 
-        with self._connection() as conn, conn.cursor(binary=True, row_factory=tuple_row) as cur:
+        with conn.cursor(binary=True, row_factory=tuple_row) as cur:
             if op.txn or not conn.autocommit:
                 # In autocommit mode this is BEGIN/COMMIT; inside a caller's open
                 # transaction it becomes a savepoint and the caller commits.
                 with conn.transaction():
                     return drive(op, lambda s: self._execute(cur, s))
             return drive(op, lambda s: self._execute(cur, s))
+
+    def run(self, op: Op[T]) -> T:
+        import psycopg
+
+        retries = 0
+        attempt = op
+        while True:
+            sent = False
+            lost: psycopg.Error | None = None
+            try:
+                with self._connection() as conn:
+                    try:
+                        if self._pool is not None and op.restart is None:
+                            # One round trip before an operation that cannot be re-run:
+                            # a connection that died while idle is swapped, not failed.
+                            self._pool.check_connection(conn)
+                        sent = True
+                        return self._run_on(conn, attempt)
+                    except psycopg.Error as exc:
+                        if not is_connection_failure(exc, conn):
+                            raise
+                        lost = exc  # leaving the block hands the dead connection back
+            except psycopg.Error as exc:
+                if is_pool_timeout(exc):
+                    raise pool_exhausted(self.where, exc) from exc
+                raise
+            assert lost is not None
+            if self._pool is None:
+                raise single_connection(self.where, lost) from lost
+            self._purge()
+            if sent and op.restart is None:
+                raise not_repeatable(self.where, lost) from lost
+            if retries >= self.retry.retries:
+                raise gave_up(self.where, lost, self.retry.retries) from lost
+            retries += 1
+            time.sleep(self.retry.delay(retries))
+            if sent:
+                assert op.restart is not None
+                attempt = replace(op, plan=op.restart())
+
+    def _purge(self) -> None:
+        """Drop the pool's other dead idle connections (a server restart kills them all),
+        so the next attempts do not draw them one by one."""
+        with contextlib.suppress(Exception):
+            self._pool.check()
 
     def close(self) -> None:
         if not self._owns:
