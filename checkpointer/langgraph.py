@@ -103,6 +103,9 @@ def _stored_value(value: Any) -> Any:
     return value
 
 
+_OUR_MARKERS = (DeltaSnapshot, Overwrite)
+
+
 def _langgraph_value(value: Any) -> Any:
     if isinstance(value, DeltaSnapshot):
         return _DeltaSnapshot(value.value)
@@ -112,8 +115,12 @@ def _langgraph_value(value: Any) -> Any:
 
 
 def _langgraph_writes(writes: Sequence[PendingWrite] | None) -> list[PendingWrite] | None:
+    """The writes with our markers as LangGraph's; the list itself when none holds one
+    (a delta history is a thousand writes, almost never a marker)."""
     if writes is None:
         return None
+    if isinstance(writes, list) and not any(isinstance(w[2], _OUR_MARKERS) for w in writes):
+        return writes
     return [(task_id, channel, _langgraph_value(value)) for task_id, channel, value in writes]
 
 
