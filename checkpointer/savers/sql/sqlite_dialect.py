@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,6 +45,10 @@ def parse_ts(value: Any) -> datetime | None:
 
 def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+MULTI_ROW_CHUNK = 100
+"""Rows per multi-row INSERT (at most 900 bound parameters, under every SQLite's limit)."""
 
 
 class SqliteDialect(Dialect):
@@ -175,13 +179,11 @@ class SqliteDialect(Dialect):
 
         def plan() -> Plan[None]:
             yield summary
-            if blobs:
-                yield Stmt(
-                    f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, "
-                    "blob) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    [(thread_id, ns, *b) for b in blobs],
-                    many=True,
-                )
+            yield from self._multi_row_inserts(
+                f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)",
+                "ON CONFLICT DO NOTHING",
+                [(thread_id, ns, *b) for b in blobs],
+            )
             yield Stmt(
                 f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
                 "parent_checkpoint_id, run_id, checkpoint, metadata) "
@@ -210,9 +212,11 @@ class SqliteDialect(Dialect):
             if replace
             else "DO NOTHING"
         )
-        sql = (
+        insert = (
             f"INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-            "task_path, idx, channel, type, blob) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "task_path, idx, channel, type, blob)"
+        )
+        on_conflict = (
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
         )
         params = [(thread_id, ns, checkpoint_id, task_id, task_path, *r) for r in rows]
@@ -240,12 +244,25 @@ class SqliteDialect(Dialect):
 
         def plan() -> Plan[None]:
             yield summary
-            if len(params) == 1:
-                yield Stmt(sql, params[0])
-            else:
-                yield Stmt(sql, params, many=True)
+            yield from self._multi_row_inserts(insert, on_conflict, params)
 
         return Op(plan(), txn=True)
+
+    def _multi_row_inserts(
+        self, insert: str, tail: str, rows: list[tuple[Any, ...]]
+    ) -> Iterator[Stmt]:
+        """`insert` VALUES (...), (...) `tail`: one statement per chunk of rows instead of
+        one per row (executemany), far below SQLite's bound-parameter limit."""
+        for start in range(0, len(rows), MULTI_ROW_CHUNK):
+            chunk = rows[start : start + MULTI_ROW_CHUNK]
+            width = len(chunk[0])
+
+            def build(count: int = len(chunk), width: int = width) -> str:
+                row = "(" + ", ".join("?" * width) + ")"
+                return f"{insert} VALUES {', '.join([row] * count)} {tail}"
+
+            sql = self.sql(("multi_row", insert, tail, len(chunk), width), build)
+            yield Stmt(sql, tuple(value for row in chunk for value in row))
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
         where = " AND ".join(f"{c} = ?" for c in columns)
