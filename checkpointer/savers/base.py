@@ -55,6 +55,16 @@ def _refuse_json(value: Any) -> Any:
     )
 
 
+# Built once: json.dumps with options builds a new encoder on every call.
+_METADATA_ENCODER = json.JSONEncoder(
+    ensure_ascii=False,
+    sort_keys=True,
+    separators=(",", ":"),
+    allow_nan=False,
+    default=_refuse_json,
+)
+
+
 def dumps_json(obj: Any) -> str:
     """Metadata as compact JSON with sorted keys (equal dicts give equal text).
 
@@ -62,15 +72,9 @@ def dumps_json(obj: Any) -> str:
     NaN and infinities (not JSON) and lone surrogates (not UTF-8), with SerializationError.
     """
     try:
-        text = json.dumps(
-            obj,
-            ensure_ascii=False,
-            sort_keys=True,
-            separators=(",", ":"),
-            allow_nan=False,
-            default=_refuse_json,
-        )
-        text.encode("utf-8")
+        text = _METADATA_ENCODER.encode(obj)
+        if not text.isascii():
+            text.encode("utf-8")
     except SerializationError:
         raise
     except UnicodeEncodeError as exc:
