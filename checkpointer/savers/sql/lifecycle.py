@@ -141,7 +141,11 @@ def _materialize_plan(
         try:
             for chunk, stmt in delta_history_stmts(d, config, item.channels):
                 found = yield stmt
-                histories.update(decode_delta_history(found, chunk, serde, d))
+                histories.update(
+                    decode_delta_history(
+                        found, chunk, serde, d, thread_id=shape.thread_id, checkpoint_ns=item.ns
+                    )
+                )
         except Exception:  # an unloadable value: keep the ancestors instead
             histories = {}
         values, missing = materialize_values(specs, item.channels, histories)
