@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from checkpointer.errors import (
@@ -34,6 +35,7 @@ from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import load_typed
+from checkpointer.serde.located import ValueLocation, dumps_at, is_located, load_at
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -574,6 +576,7 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
     the checkpoint (a=parent id), 1 a blob (a=channel, b=version, d=type), 2 a pending
     write (a=task_path, b=task_id, c=channel, d=type, n=idx).
     """
+    located = is_located(serde)
     values: dict[str, Any] = {}
     writes: list[PendingWrite] = []
     head: Row | None = None
@@ -598,7 +601,12 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
                 yield tuple_of(head)
             head, values, writes = row, {}, []
         elif kind == 1:
-            values[row[4]] = load_typed(
+            if located:
+                location = ValueLocation.blob(row[0], row[1], row[4], row[5])
+                load: Any = partial(load_at, location=location)
+            else:
+                load = load_typed
+            values[row[4]] = load(
                 serde,
                 (row[7], bytes(row[9])),
                 thread_id=row[0],
@@ -608,8 +616,13 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
                 version=row[5],
             )
         else:
-            task_id, _ = d.decode_write_key(row[5], row[8])
-            value = load_typed(
+            task_id, idx = d.decode_write_key(row[5], row[8])
+            if located:
+                location = ValueLocation.write(row[0], row[1], row[2], task_id, idx, row[6])
+                load = partial(load_at, location=location)
+            else:
+                load = load_typed
+            value = load(
                 serde,
                 (row[7], bytes(row[9])),
                 thread_id=row[0],
@@ -761,9 +774,10 @@ def decode_delta_history(
 ) -> dict[str, DeltaChannelHistory]:
     """Rows (kind, depth, channel, task_path, task_id, idx, type, blob, ref), seeds first,
     then writes oldest first, to one history per channel. `ref` is a seed's version and the
-    checkpoint a write is pending on, so that a value that cannot be read is named where it
-    is stored. A kind 2 row is an ancestor whose record is unreadable."""
+    checkpoint a write is pending on: each value is read at the location it was stored at,
+    not the target's. A kind 2 row is an ancestor whose record is unreadable."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
+    located = is_located(serde)
     for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref in rows:
         if kind == 2:
             raise CorruptValueError(
@@ -777,19 +791,26 @@ def decode_delta_history(
         if entry is None:
             continue
         if kind == 0:
-            entry["seed"] = load_typed(
+            entry["seed"] = load_at(
                 serde,
                 (type_, bytes(blob)),
+                ValueLocation.blob(thread_id, checkpoint_ns, channel, ref) if located else None,
                 thread_id=thread_id,
                 checkpoint_ns=checkpoint_ns,
                 channel=channel,
                 version=ref,
             )
         else:
-            task_id, _ = d.decode_write_key(stored_task_id, stored_idx)
-            value = load_typed(
+            task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
+            location = (
+                ValueLocation.write(thread_id, checkpoint_ns, ref, task_id, idx, channel)
+                if located
+                else None
+            )
+            value = load_at(
                 serde,
                 (type_, bytes(blob)),
+                location,
                 thread_id=thread_id,
                 checkpoint_ns=checkpoint_ns,
                 checkpoint_id=ref,
@@ -828,11 +849,22 @@ def put_op(
     thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
     parent_id = parent_id_for_put(config, checkpoint)
     checkpoint_id = checkpoint["id"]
-    dumps = serde.dumps_typed
-    blobs = [
-        (channel, version_text(version), *dumps(value))
-        for channel, (version, value) in new_blob_channels(checkpoint, new_versions).items()
-    ]
+    changed = new_blob_channels(checkpoint, new_versions)
+    if is_located(serde):
+        blobs = [
+            (
+                channel,
+                (v := version_text(version)),
+                *dumps_at(serde, value, ValueLocation.blob(thread_id, ns, channel, v)),
+            )
+            for channel, (version, value) in changed.items()
+        ]
+    else:
+        dumps = serde.dumps_typed
+        blobs = [
+            (channel, version_text(version), *dumps(value))
+            for channel, (version, value) in changed.items()
+        ]
     meta_text = encode_metadata(metadata)
     d.check_metadata(meta_text)
     run_id = metadata.get("run_id")
@@ -870,12 +902,18 @@ def put_writes_op(
     stored_task_id, _ = d.encode_write_key(task_id, 0)
     replace = is_special_batch([channel for channel, _ in writes])
     dumps = serde.dumps_typed
+    located = is_located(serde)
     rows: dict[int, tuple[int, str, str, bytes]] = {}
     for position, (channel, value) in enumerate(writes):
-        _, idx = d.encode_write_key(task_id, write_idx(channel, position))
+        given_idx = write_idx(channel, position)
+        _, idx = d.encode_write_key(task_id, given_idx)
         if idx in rows and not replace:
             continue
-        rows[idx] = (idx, channel, *dumps(value))
+        if located:
+            where = ValueLocation.write(thread_id, ns, checkpoint_id, task_id, given_idx, channel)
+            rows[idx] = (idx, channel, *dumps_at(serde, value, where))
+        else:
+            rows[idx] = (idx, channel, *dumps(value))
     return d.put_writes_plan(
         thread_id,
         ns,

@@ -63,7 +63,9 @@ from checkpointer.savers.sql.core import (
     single,
 )
 from checkpointer.savers.sql.migration import check_revision
+from checkpointer.savers.sql.transfer import copy_thread_relocating_plan
 from checkpointer.serde import Serializer
+from checkpointer.serde.located import is_located
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -106,6 +108,8 @@ class _SqlPrograms:
     _dialect: Dialect
     serde: Serializer
     page_size: int
+    passes_value_locations = True
+    """Every value is stored and read with its `ValueLocation` (see `serde.located`)."""
 
     def _where(self) -> str:
         return self._dialect.describe()
@@ -167,8 +171,15 @@ class _SqlPrograms:
             yield Op(delete_for_runs_plan(self._dialect, list(run_ids)), txn=True)
 
     def _p_copy_thread(self, source_thread_id: str, target_thread_id: str) -> Program[None]:
-        if str(source_thread_id) != str(target_thread_id):
-            yield self._dialect.copy_thread_plan(str(source_thread_id), str(target_thread_id))
+        source, target = str(source_thread_id), str(target_thread_id)
+        if source == target:
+            return
+        if is_located(self.serde):
+            # Values bound to their thread are re-sealed for the copy, not copied as bytes.
+            plan = copy_thread_relocating_plan(self._dialect, self.serde, source, target)
+            yield Op(plan, txn=True)
+        else:
+            yield self._dialect.copy_thread_plan(source, target)
 
     def _p_prune(self, thread_ids: Sequence[str], strategy: str) -> Program[None]:
         validate_prune_strategy(strategy)
