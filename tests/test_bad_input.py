@@ -599,6 +599,19 @@ def test_async_list_yields_the_checkpoints_before_a_corrupt_one(kind: str, tmp_p
                 return got
 
             assert await asyncio.to_thread(bridged) == seen
+
+            # A damaged record fails the statement itself: the retry reads around it.
+            damaged = tuples[2].config["configurable"]["checkpoint_id"]
+            text = "{bad" if db.kind == "sqlite" else '{"channel_versions": [1]}'
+            await asyncio.to_thread(_set_record, db, "checkpoint", text, damaged)
+            with pytest.raises(CorruptValueError) as caught:
+                await saver.aget_tuple(tuples[2].config)
+            assert caught.value.checkpoint_id == damaged
+            seen.clear()
+            with pytest.raises(CorruptValueError):
+                async for tup in saver.alist(cw.thread_config("t")):
+                    seen.append(tup.config)
+            assert seen == [t.config for t in tuples[:2]]
         finally:
             await close_saver(kind, saver)
             if schema:

@@ -786,3 +786,26 @@ def test_tools_refuse_to_copy_bound_values(tmp_path: Path) -> None:
         assert _states(saver, "clear2") == _states(saver, "clear")
     finally:
         store.close()
+
+
+def test_reencrypt_keeps_the_write_keys_the_saver_was_given(store: Store) -> None:
+    """LangGraph's negative-step task ids are stored shifted on PostgreSQL (uuid column);
+    re-encryption binds each write to the key the saver reads it at, not the stored form."""
+    from checkpointer.ids import next_channel_version
+    from checkpointer.types import empty_checkpoint, make_config
+
+    saver = store.open(enc())
+    cp = empty_checkpoint()
+    version = next_channel_version(None)
+    cp["channel_values"], cp["channel_versions"] = {"x": SECRET}, {"x": version}
+    config = saver.put(make_config("t"), cp, {}, {"x": version})
+    task = "-0000001-1234-5678-9abc-def012345678"
+    saver.put_writes(config, [("x", SECRET), ("__interrupt__", "stop")], task)
+    rotated = enc(keys={"k1": K1, "k2": K2}, active_key_id="k2")
+    saver = store.open(rotated)
+    report = reencrypt(saver)
+    assert report.rewritten == report.scanned >= 3  # the memory saver: record, metadata too
+    tup = store.open(enc(keys={"k2": K2}, active_key_id="k2")).get_tuple(config)
+    assert sorted(tup.pending_writes) == sorted(
+        [(task, "x", SECRET), (task, "__interrupt__", "stop")]
+    )
