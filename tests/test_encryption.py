@@ -809,3 +809,27 @@ def test_reencrypt_keeps_the_write_keys_the_saver_was_given(store: Store) -> Non
     assert sorted(tup.pending_writes) == sorted(
         [(task, "x", SECRET), (task, "__interrupt__", "stop")]
     )
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_langgraph_scenarios_under_bound_encryption(kind: str, tmp_path: Path) -> None:
+    """LangGraph through the drop-in, every value bound to its location: the same
+    observable results as LangGraph's own saver (interrupts, forks, subgraphs, and the
+    negative-step task ids of exit durability, which PostgreSQL stores shifted)."""
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.memory import InMemorySaver as ReferenceSaver
+
+    from checkpointer.langgraph import LangGraphSaver
+    from tests.lg_graphs import SCENARIOS
+
+    for name, run in sorted(SCENARIOS.items()):
+        (tmp_path / name).mkdir()
+        store = Store(kind, tmp_path / name)  # a fresh database each: scenarios share ids
+        try:
+            s = enc()
+            saver = store.open(s)
+            assert run(LangGraphSaver(saver)) == run(ReferenceSaver()), name
+            stored = list(iter_stored_values(saver))
+            assert stored and all(s.is_current(data, bind=True) for _, data in stored)
+        finally:
+            store.close()
