@@ -101,6 +101,12 @@ class DecryptionError(DeserializationError):
     bytes, or a value moved to another location than the one it was encrypted for."""
 
 
+class CorruptCiphertextError(CorruptValueError, DecryptionError):
+    """An encrypted value did not decrypt where it is stored: tampered bytes, a value
+    moved from another row (locations are authenticated), or a key changed under its id.
+    Both a `CorruptValueError` (it names the location) and a `DecryptionError`."""
+
+
 class PlaintextRefusedError(DecryptionError):
     """An encrypting serializer met an unencrypted (or location-unbound) value and was not
     told to accept those (`allow_plaintext=True`, meant for migrations)."""

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, TextIO
 
-from checkpointer.errors import CheckpointerError
-from checkpointer.savers.sql.core import Dialect, Plan
+from checkpointer.errors import CheckpointerError, CorruptValueError
+from checkpointer.savers.sql.core import Dialect, Plan, decode_checkpoint, decode_metadata
 from checkpointer.savers.sql.inspect import all_thread_ids_plan, existing_threads_plan
 from checkpointer.savers.sql.transfer import (
     BlobRow,
@@ -239,6 +239,19 @@ def _dict(record: dict[str, Any], key: str, n: int) -> dict[str, Any]:
     return value
 
 
+def _checked(doc: dict[str, Any], n: int, *, record: bool) -> dict[str, Any]:
+    """`doc` unchanged, once the savers' decoder accepts its shape (a checkpoint record,
+    or metadata): what no saver could read back is refused here, not met on a later read."""
+    try:
+        if record:
+            decode_checkpoint(dict(doc), "", {})
+        else:
+            decode_metadata(dict(doc))
+    except CorruptValueError as exc:
+        raise ExportFormatError(f"line {n}: {exc.reason}") from exc
+    return doc
+
+
 def import_plan(
     d: Dialect,
     lines: Iterable[str],
@@ -304,8 +317,8 @@ def import_plan(
                     _str(record, "checkpoint_id", n),
                     _opt_str(record, "parent_checkpoint_id", n),
                     _opt_str(record, "run_id", n),
-                    _dict(record, "checkpoint", n),
-                    _dict(record, "metadata", n),
+                    _checked(_dict(record, "checkpoint", n), n, record=True),
+                    _checked(_dict(record, "metadata", n), n, record=False),
                 )
             )
         elif kind == "blob":

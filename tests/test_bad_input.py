@@ -4,14 +4,15 @@ error (a `CheckpointerError`), and the database stays usable afterwards.
 Covered: missing or mistyped config keys, unknown and malformed checkpoint ids, metadata
 filter keys and values that try SQL injection, NUL and lone surrogates in ids, values and
 metadata, non-finite floats, huge values (with `SizeGuard`), and rows corrupted with SQL
-in the database itself. Where a saver falls short today the case is an xfail whose
-reason says what happens and what has to change.
+in the database itself: values, and checkpoint records whose JSON is malformed or of the
+wrong shape (a `CorruptValueError` naming the checkpoint, wherever it is read).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import sqlite3
 import uuid
@@ -120,19 +121,6 @@ def checkpoint(value: Any = 1) -> tuple[Checkpoint, dict[str, str]]:
     cp["channel_values"] = {"x": value}
     cp["channel_versions"] = {"x": version}
     return cp, {"x": version}
-
-
-def xfail_on(kinds: set[str], reason: str, raises: Any = None) -> Callable[[str], Any]:
-    """Parameter values for KINDS with an xfail mark on the kinds that fall short."""
-
-    def param(kind: str) -> Any:
-        if kind in kinds:
-            return pytest.param(
-                kind, marks=pytest.mark.xfail(strict=True, reason=reason, raises=raises)
-            )
-        return kind
-
-    return param
 
 
 # ------------------------------------------------------------------- config keys
@@ -566,33 +554,70 @@ def test_corrupt_write_error_names_its_location(db: DB) -> None:
     assert "t" in str(error) and cid in str(error) and "messages" in str(error)
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        xfail_on(
-            {"sqlite", "postgres"},
-            "the SQL savers' list() decodes a whole page (up to page_size checkpoints) "
-            "before yielding any, so one corrupt row hides every newer checkpoint too; "
-            "SyncSqlSaver._iter_list / AsyncSqlSaver.alist should decode and yield one "
-            "checkpoint at a time (decode_tuples as a generator)",
-            raises=AssertionError,
-        )(k)
-        for k in KINDS
-    ],
-)
-def test_list_yields_the_checkpoints_before_a_corrupt_one(kind: str, tmp_path: Path) -> None:
-    db = open_db(kind, tmp_path)
-    try:
-        _, tuples = _thread_with_history(db)
-        cid = tuples[4].config["configurable"]["checkpoint_id"]
-        _corrupt_write(db, cid, "messages")
-        seen = []
-        with pytest.raises(DeserializationError):
-            for tup in db.saver.list(cw.thread_config("t")):
-                seen.append(tup.config)
-        assert seen == [t.config for t in tuples[:4]]
-    finally:
-        close_db(db)
+def test_list_yields_the_checkpoints_before_a_corrupt_one(db: DB) -> None:
+    _, tuples = _thread_with_history(db)
+    cid = tuples[4].config["configurable"]["checkpoint_id"]
+    _corrupt_write(db, cid, "messages")
+    seen = []
+    with pytest.raises(CorruptValueError) as caught:
+        for tup in db.saver.list(cw.thread_config("t")):
+            seen.append(tup.config)
+    assert seen == [t.config for t in tuples[:4]]
+    assert caught.value.checkpoint_id == cid
+
+
+@pytest.mark.parametrize("kind", ["async_sqlite", "async_postgres"])
+def test_async_list_yields_the_checkpoints_before_a_corrupt_one(kind: str, tmp_path: Path) -> None:
+    """`alist`, and the sync `list` bridge of the async savers (from another thread), stop
+    at the same place as the sync savers' `list`."""
+    schema = None
+    if kind == "async_postgres":
+        require_postgres()
+        schema = f"cp_bad_{uuid.uuid4().hex[:10]}"
+
+    async def scenario() -> None:
+        saver = await open_saver(kind, tmp_path, schema)
+        try:
+            db = DB(kind.removeprefix("async_"), saver, schema)
+            graph = cw.build_graph(cw.Hooks(None), saver)
+            for phase in cw.PHASES:
+                await graph.ainvoke(phase, cw.thread_config("t"))
+            tuples = [t async for t in saver.alist(cw.thread_config("t"))]
+            cid = tuples[4].config["configurable"]["checkpoint_id"]
+            await asyncio.to_thread(_corrupt_write, db, cid, "messages")
+            seen = []
+            with pytest.raises(CorruptValueError):
+                async for tup in saver.alist(cw.thread_config("t")):
+                    seen.append(tup.config)
+            assert seen == [t.config for t in tuples[:4]]
+
+            def bridged() -> list[Any]:
+                got = []
+                with pytest.raises(CorruptValueError):
+                    for tup in saver.list(cw.thread_config("t")):
+                        got.append(tup.config)
+                return got
+
+            assert await asyncio.to_thread(bridged) == seen
+
+            # A damaged record fails the statement itself: the retry reads around it.
+            damaged = tuples[2].config["configurable"]["checkpoint_id"]
+            text = "{bad" if db.kind == "sqlite" else '{"channel_versions": [1]}'
+            await asyncio.to_thread(_set_record, db, "checkpoint", text, damaged)
+            with pytest.raises(CorruptValueError) as caught:
+                await saver.aget_tuple(tuples[2].config)
+            assert caught.value.checkpoint_id == damaged
+            seen.clear()
+            with pytest.raises(CorruptValueError):
+                async for tup in saver.alist(cw.thread_config("t")):
+                    seen.append(tup.config)
+            assert seen == [t.config for t in tuples[:2]]
+        finally:
+            await close_saver(kind, saver)
+            if schema:
+                drop_schema(schema)
+
+    asyncio.run(scenario())
 
 
 def test_corrupt_blob_is_a_typed_error(db: DB) -> None:
@@ -610,38 +635,119 @@ def test_corrupt_blob_is_a_typed_error(db: DB) -> None:
         graph.get_state(head.config)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-@pytest.mark.xfail(
-    strict=True,
-    raises=(sqlite3.OperationalError, AttributeError),
-    reason=(
-        "a checkpoint row whose JSON columns are malformed (SQLite: text that is not JSON; "
-        "both: metadata that is not an object) fails with sqlite3.OperationalError "
-        "'malformed JSON' (raised by json_each inside the query) or AttributeError from "
-        "decode_metadata; core.decode_checkpoint / decode_metadata should check the shape "
-        "and raise CorruptValueError naming the checkpoint"
+def _set_record(db: DB, column: str, value: str, checkpoint_id: str) -> None:
+    cast = "::jsonb" if db.kind == "postgres" else ""
+    db.sql(
+        f"UPDATE {db.table('checkpoints')} SET {column} = %s{cast} WHERE checkpoint_id = %s",
+        (value, checkpoint_id),
+    )
+
+
+CORRUPT_RECORDS: list[tuple[str, str, set[str]]] = [
+    # (column, stored text, the databases that can hold it: jsonb refuses malformed text)
+    ("metadata", "[1]", {"sqlite", "postgres"}),
+    ("metadata", '{"counters_since_delta_snapshot": "x"}', {"sqlite", "postgres"}),
+    ("metadata", "{bad", {"sqlite"}),
+    ("checkpoint", "{bad", {"sqlite"}),
+    ("checkpoint", '"text"', {"sqlite", "postgres"}),
+    ("checkpoint", '{"v": 4, "channel_versions": [1, 2]}', {"sqlite", "postgres"}),
+    (
+        "checkpoint",
+        '{"v": 4, "channel_versions": {}, "versions_seen": {"a": 1}}',
+        {"sqlite", "postgres"},
     ),
-)
-def test_corrupt_checkpoint_record_is_a_typed_error(kind: str, tmp_path: Path) -> None:
+]
+
+
+def _record_cases(columns: set[str]) -> list[Any]:
+    return [
+        pytest.param(kind, column, text, id=f"{kind}-{column}-{text[:20]}")
+        for column, text, kinds in CORRUPT_RECORDS
+        if column in columns
+        for kind in sorted(kinds)
+    ]
+
+
+@pytest.mark.parametrize(("kind", "column", "text"), _record_cases({"metadata", "checkpoint"}))
+def test_corrupt_checkpoint_record_is_a_typed_error(
+    kind: str, column: str, text: str, tmp_path: Path
+) -> None:
+    """A checkpoint row whose JSON is malformed or of the wrong shape raises
+    CorruptValueError naming it, wherever it is read; the rest of the thread stays
+    readable, and nothing else is lost."""
     db = open_db(kind, tmp_path)
     try:
-        _, tuples = _thread_with_history(db)
+        graph, tuples = _thread_with_history(db)
         target = tuples[4]
         cid = target.config["configurable"]["checkpoint_id"]
-        db.sql(
-            f"UPDATE {db.table('checkpoints')} SET metadata = '[1]' WHERE checkpoint_id = %s",
-            (cid,),
-        )
-        with pytest.raises(CheckpointerError):
+        before = db.counts()
+        _set_record(db, column, text, cid)
+
+        def names_target(exc: CorruptValueError) -> bool:
+            return (exc.thread_id, exc.checkpoint_id) == ("t", cid) and cid in str(exc)
+
+        with pytest.raises(CorruptValueError) as caught:
             db.saver.get_tuple(target.config)
-        if kind == "sqlite":
-            db.sql(
-                f"UPDATE {db.table('checkpoints')} SET checkpoint = '{{bad' "
-                "WHERE checkpoint_id = %s",
-                (cid,),
-            )
-            with pytest.raises(CheckpointerError):
-                db.saver.get_tuple(target.config)
+        assert names_target(caught.value) and column in str(caught.value)
+        seen = []
+        with pytest.raises(CorruptValueError) as caught:
+            for tup in db.saver.list(cw.thread_config("t")):
+                seen.append(tup.config)
+        assert seen == [t.config for t in tuples[:4]] and names_target(caught.value)
+        older = list(db.saver.list(cw.thread_config("t"), before=target.config))
+        assert [t.config for t in older] == [t.config for t in tuples[5:]]
+        # A metadata filter meets a row it cannot read too, and says so instead of skipping it
+        # (Metadata that is JSON but not the target's any more simply does not match.)
+        thread, wanted = cw.thread_config("t"), {"source": target.metadata["source"]}
+        if column == "metadata" and text != "{bad":
+            found = db.saver.list(thread, filter=wanted)
+            assert cid not in {t.config["configurable"]["checkpoint_id"] for t in found}
+        else:
+            with pytest.raises(CorruptValueError):
+                list(db.saver.list(thread, filter=wanted))
+        for tup in tuples[:4]:
+            try:
+                graph.get_state(tup.config)  # may replay delta channels through the target
+            except CorruptValueError as exc:
+                assert column == "checkpoint" and names_target(exc)
         assert db.saver.get_tuple(tuples[0].config) is not None
+        assert db.counts() == before
+    finally:
+        close_db(db)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_record_on_a_delta_history_path_is_a_typed_error(
+    damage: str, tmp_path: Path
+) -> None:
+    """A later checkpoint whose delta channel replays through an ancestor whose record is
+    not JSON raises CorruptValueError naming that ancestor (SQLite; jsonb cannot hold such
+    text). Reading on past it could silently start the channel from an older value."""
+    db = open_db("sqlite", tmp_path)
+    try:
+        graph, tuples = _thread_with_history(db)
+        # A child and its parent that both rebuild "messages" from further back.
+        child, parent = next(
+            (c, p)
+            for c, p in itertools.pairwise(tuples)
+            if "messages" not in c.checkpoint["channel_values"]
+            and "messages" not in p.checkpoint["channel_values"]
+            and c.parent_config == p.config
+        )
+        expected = graph.get_state(child.config).values
+        pid = parent.config["configurable"]["checkpoint_id"]
+        table = db.table("checkpoints")
+        original = db.sql(f"SELECT checkpoint FROM {table} WHERE checkpoint_id = %s", (pid,))
+        text = original[0][0]
+        _set_record(db, "checkpoint", "{bad" if damage == "garbage" else text[:40], pid)
+        with pytest.raises(CorruptValueError) as caught:
+            db.saver.get_delta_channel_history(config=child.config, channels=["messages"])
+        assert (caught.value.thread_id, caught.value.checkpoint_id) == ("t", pid)
+        with pytest.raises(CorruptValueError):
+            graph.get_state(child.config)
+        assert db.saver.get_tuple(child.config) is not None  # its own row is fine
+        assert graph.get_state(tuples[0].config).values["messages"]
+        _set_record(db, "checkpoint", text, pid)  # repaired: nothing else was lost
+        assert graph.get_state(child.config).values == expected
     finally:
         close_db(db)

@@ -1,9 +1,10 @@
 """Encryption at rest: AES-GCM around the serializer, key rotation, location binding,
 plaintext refusal, and re-encryption of a saver's stored values.
 
-The savers do not pass value locations yet (see checkpointer.serde.located); the binding
-is tested on the serializer directly, and the saver-level tests cover what works through
-the savers today. The one saver behaviour that needs the wiring is an xfail.
+Every saver passes each value's location (thread, namespace, channel, version or
+checkpoint/task) to the serializer, so a ciphertext moved to another row is refused with a
+`CorruptValueError` naming the row, while the saver's own moves (copy_thread, a fork to a
+new thread, export/import between databases) re-seal or keep values so they read back.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from typing import Any
 import pytest
 
 from checkpointer.errors import (
+    CheckpointerError,
     ConfigError,
+    CorruptCiphertextError,
+    CorruptValueError,
     DecryptionError,
     DeserializationError,
     PlaintextRefusedError,
@@ -362,22 +366,75 @@ def test_plaintext_database_migrates_to_encrypted(store: Store) -> None:
     assert _states(store.open(enc())) == states
 
 
-def test_reencrypt_can_bind_values_to_their_locations(store: Store) -> None:
+class Unbinding:
+    """An encrypting serializer as a saver that passes no locations sees it (what earlier
+    versions wrote): every value is sealed unbound."""
+
+    def __init__(self, inner: EncryptedSerializer) -> None:
+        self.inner = inner
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return self.inner.dumps_typed(obj)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return self.inner.loads_typed(data)
+
+
+def test_reencrypt_binds_values_written_without_locations(store: Store) -> None:
     s = enc()
-    states = _run(store.open(s))
+    states = _run(store.open(Unbinding(s)))
+    assert _states(store.open(s)) == states  # unbound values stay readable...
+    with pytest.raises(PlaintextRefusedError, match="require_bound"):
+        _states(store.open(enc(require_bound=True)))  # ...unless bound ones are required
     saver = store.open(s)
-    report = reencrypt(saver, bind=True)
-    assert report.rewritten == report.scanned
+    report = reencrypt(saver)  # bind=None: the saver passes locations, so it binds
+    assert report.rewritten == report.scanned > 0
     for location, data in iter_stored_values(saver):
         s.loads_typed_at(data, location)  # each decrypts at its own location only
         with pytest.raises(DecryptionError):
             s.loads_typed_at(data, replace(location, thread_id="elsewhere"))
-    if store.kind != "memory":
-        # A saver that passes no locations cannot read bound values: why reencrypt binds
-        # only when the saver says it passes them (bind=None, the default).
-        with pytest.raises(DecryptionError, match="bound"):
-            _states(saver)
-    assert states
+    assert reencrypt(saver).rewritten == 0
+    assert _states(store.open(enc(require_bound=True))) == states
+
+
+def test_savers_bind_what_they_write(store: Store) -> None:
+    s = enc()
+    saver = store.open(s)
+    assert saver.passes_value_locations is True
+    _run(saver)
+    stored = list(iter_stored_values(saver))
+    assert stored and all(s.is_current(data, bind=True) for _, data in stored)
+    assert reencrypt(saver).rewritten == 0
+    # Delta histories read each write at the checkpoint it is pending on, not the target's.
+    histories = [
+        saver.get_delta_channel_history(config=t.config, channels=["messages"])["messages"]
+        for t in saver.list(cw.thread_config("t"))
+    ]
+    assert max(len(h["writes"]) for h in histories) >= 2
+
+
+def test_retention_snapshots_are_bound_where_they_are_stored(store: Store) -> None:
+    """Compaction rebuilds delta values from ancestor writes and stores them as snapshots:
+    read at each write's own location, written at the snapshot's."""
+    from checkpointer.lifecycle import KeepLast
+
+    s = enc()
+    saver = store.open(s)
+    graph = cw.build_graph(SecretHooks(None), saver)
+    cw.run_phases(graph, "t")
+    states, specs = _states(saver), graph.spec.channels
+    for keep in range(1, len(states)):  # a cut that needs a snapshot rebuilt
+        if (
+            saver.apply_retention(KeepLast(keep), channels=specs, dry_run=True)
+            .threads[0]
+            .bytes_added
+        ):
+            break
+    else:
+        pytest.fail("no KeepLast here stores a snapshot")
+    saver.apply_retention(KeepLast(keep), channels=specs)
+    assert _states(saver) == states[:keep]
+    assert _assert_bound_to(saver, s, "t") > 0
 
 
 def test_reencrypt_of_selected_threads_and_bad_arguments(tmp_path: Path) -> None:
@@ -446,30 +503,333 @@ def test_reencrypt_leaves_rows_changed_meanwhile(tmp_path: Path) -> None:
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason=(
-        "the savers do not pass value locations to the serializer yet: a ciphertext copied "
-        "to another row (here: another thread's blob) still decrypts there. Wire "
-        "dumps_at/loads_at at the call sites listed in checkpointer/serde/located.py and "
-        "set saver.passes_value_locations = True"
-    ),
-)
-def test_ciphertext_moved_to_another_row_does_not_decrypt(tmp_path: Path) -> None:
-    store = Store("sqlite", tmp_path)
-    try:
-        saver = store.open(enc())
-        _run(saver, "victim")
-        _run(saver, "attacker")
-        conn = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
-        conn.execute(
-            "UPDATE checkpointer_blobs AS a SET blob = v.blob FROM checkpointer_blobs AS v "
-            "WHERE a.thread_id = 'attacker' AND v.thread_id = 'victim' "
-            "AND a.channel = v.channel AND a.channel = 'messages'"
+# ------------------------------------------------------------- moved values
+def _overwrite(store: Store, location: ValueLocation, data: tuple[str, bytes]) -> None:
+    """Put `data` into the row at `location`, as an attacker with write access could."""
+    saver = store.saver
+    if store.kind == "memory":
+        if location.kind == "blob":
+            assert location.channel is not None and location.version is not None
+            key = (location.thread_id, location.checkpoint_ns, location.channel, location.version)
+            saver._blobs[key] = data
+            return
+        stored = saver._threads[location.thread_id][location.checkpoint_ns]
+        writes = stored[location.checkpoint_id].writes
+        writes[(location.task_id, location.idx)].value = data
+        return
+    if location.kind == "blob":
+        table, keys = "blobs", ("thread_id", "checkpoint_ns", "channel", "version")
+        values: tuple[Any, ...] = (
+            location.thread_id,
+            location.checkpoint_ns,
+            location.channel,
+            location.version,
         )
-        conn.close()
+    else:
+        table, keys = "writes", ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
+        values = (
+            location.thread_id,
+            location.checkpoint_ns,
+            location.checkpoint_id,
+            location.task_id,
+            location.idx,
+        )
+    where = " AND ".join(f"{k} = %s" for k in keys)
+    if store.kind == "sqlite":
+        conn = sqlite3.connect(store.tmp_path / "store.db", isolation_level=None)
+        try:
+            conn.execute(
+                f"UPDATE checkpointer_{table} SET type = ?, blob = ? WHERE "
+                + where.replace("%s", "?"),
+                (*data, *values),
+            )
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(
+            f'UPDATE "{store.schema}".checkpointer_{table} SET type = %s, blob = %s WHERE '
+            + where.replace("task_id = %s", "task_id = %s::uuid"),
+            (*data, *values),
+        )
+
+
+def _pick_move(
+    stored: list[tuple[ValueLocation, tuple[str, bytes]]], move: str
+) -> tuple[ValueLocation, tuple[str, bytes]]:
+    """(victim row, the ciphertext put there): a value of another thread, channel, version
+    (another checkpoint's value) or, for a pending write, another checkpoint."""
+    mine = [(loc, data) for loc, data in stored if loc.thread_id == "t"]
+    if move == "write-to-other-checkpoint":
+        writes = [(loc, data) for loc, data in mine if loc.kind == "write"]
+        victim = writes[0][0]
+        source = next(d for loc, d in writes if loc.checkpoint_id != victim.checkpoint_id)
+        return victim, source
+    blobs = [(loc, data) for loc, data in mine if loc.kind == "blob"]
+    victim = next(loc for loc, _ in blobs if loc.channel == "messages")
+    if move == "blob-from-other-thread":
+        source = next(
+            d
+            for loc, d in stored
+            if loc.thread_id == "other" and loc.kind == "blob" and loc.channel == "messages"
+        )
+    elif move == "blob-to-other-channel":
+        source = next(d for loc, d in blobs if loc.channel != "messages")
+    else:
+        source = next(
+            d for loc, d in blobs if loc.channel == "messages" and loc.version != victim.version
+        )
+    return victim, source
+
+
+MOVES = [
+    "blob-from-other-thread",
+    "blob-to-other-channel",
+    "blob-to-other-version",
+    "write-to-other-checkpoint",
+]
+
+
+@pytest.mark.parametrize("move", MOVES)
+def test_ciphertext_moved_to_another_row_does_not_decrypt(store: Store, move: str) -> None:
+    """Valid ciphertext of this very key, put into another row, is refused where it is read,
+    with an error naming that row; the rows it was not put into stay readable."""
+    saver = store.open(enc())
+    _run(saver, "t")
+    _run(saver, "other")
+    victim, data = _pick_move(list(iter_stored_values(saver)), move)
+    _overwrite(store, victim, data)
+    read: list[Any] = []
+    with pytest.raises(CorruptValueError) as caught:
+        for tup in saver.list(cw.thread_config("t")):
+            read.append(tup)
+    error = caught.value
+    assert isinstance(error, CorruptCiphertextError) and isinstance(error, DecryptionError)
+    assert "moved from another location" in str(error)
+    assert (error.thread_id, error.channel) == ("t", victim.channel)
+    if victim.kind == "blob":
+        assert error.version == victim.version
+    else:
+        assert (error.checkpoint_id, error.task_id) == (victim.checkpoint_id, victim.task_id)
+    assert victim.channel in str(error) and "'t'" in str(error)
+    assert _states(saver, "other")  # the thread the ciphertext came from is untouched
+
+
+# --------------------------------------------------------------- copies, forks, exports
+def _assert_bound_to(saver: Any, serde: EncryptedSerializer, thread_id: str) -> int:
+    """Every value of `thread_id` decrypts at its own location, not at the same place in
+    another thread; returns how many there are."""
+    count = 0
+    for location, data in iter_stored_values(saver):
+        if location.thread_id != thread_id:
+            continue
+        serde.loads_typed_at(data, location)
         with pytest.raises(DecryptionError):
-            _states(saver, "attacker")
+            serde.loads_typed_at(data, replace(location, thread_id=thread_id + "-elsewhere"))
+        count += 1
+    return count
+
+
+def test_copy_thread_reseals_values_for_the_new_thread(store: Store) -> None:
+    s = enc(keys={"k1": K1, "k2": K2}, active_key_id="k2")
+    states = _run(store.open(enc()), "t")  # written under k1...
+    saver = store.open(s)
+    saver.copy_thread("t", "t-copy")  # ...copied under the active key, k2
+    assert _states(saver, "t-copy") == states
+    assert _assert_bound_to(saver, s, "t-copy") > 0
+    copies = [data for loc, data in iter_stored_values(saver) if loc.thread_id == "t-copy"]
+    assert {s.key_id_of(data) for data in copies} == {"k2"}
+    saver.delete_thread("t")  # the copy stands on its own
+    assert _states(saver, "t-copy") == states
+    graph = cw.build_graph(SecretHooks(None), saver)
+    graph.invoke({"messages": ["more"]}, cw.thread_config("t-copy"))  # and runs on
+    assert graph.get_state(cw.thread_config("t-copy")).values["messages"][-1] == "join:3"
+
+
+def test_graph_fork_under_encryption(store: Store) -> None:
+    """A run from an earlier checkpoint (time travel) forks inside the thread: the fork's
+    values are written at their own locations; both branches read back."""
+    saver = store.open(enc())
+    states = _run(saver, "t")
+    graph = cw.build_graph(SecretHooks(None), saver)
+    history = list(saver.list(cw.thread_config("t")))
+    earlier = history[len(history) // 2].config
+    graph.invoke({"messages": ["forked"]}, earlier)
+    head = graph.get_state(cw.thread_config("t")).values
+    assert "forked" in head["messages"]
+    assert _states(saver, "t")[-len(states) :] == states  # the old branch is intact
+    _assert_bound_to(saver, saver.serde, "t")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_fork_to_a_new_thread_reseals_or_refuses(kind: str, tmp_path: Path) -> None:
+    from checkpointer.savers.sql.core import Op
+    from checkpointer.savers.sql.transfer import fork_to_thread_plan
+
+    store = Store(kind, tmp_path)
+    try:
+        s = enc()
+        saver = store.open(s)
+        _run(saver, "t")
+        graph = cw.build_graph(SecretHooks(None), saver)
+        history = list(saver.list(cw.thread_config("t")))
+        at = history[2].config["configurable"]["checkpoint_id"]
+        expected = graph.get_state(history[2].config).values
+        # Without the keys (the command-line tools), bound values are not copied as bytes.
+        with pytest.raises(CheckpointerError, match="bound to their thread"):
+            saver._executor.run(Op(fork_to_thread_plan(saver._dialect, "t", "f", "", at), txn=True))
+        assert not list(saver.list(cw.thread_config("f")))  # nothing half-copied
+        result = saver._executor.run(
+            Op(fork_to_thread_plan(saver._dialect, "t", "f", "", at, s), txn=True)
+        )
+        assert result.checkpoint_id == at
+        assert graph.get_state(cw.thread_config("f")).values == expected
+        assert _assert_bound_to(saver, s, "f") > 0
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("source_kind", "target_kind"),
+    [("sqlite", "sqlite"), ("sqlite", "postgres"), ("postgres", "sqlite")],
+)
+def test_export_import_keeps_encrypted_values_readable(
+    source_kind: str, target_kind: str, tmp_path: Path
+) -> None:
+    """Export carries the ciphertext as stored, bound to thread and row but not to the
+    database, so an import elsewhere reads back with the same keys (and the file holds no
+    plaintext)."""
+    import io
+
+    from checkpointer.export import export_threads, import_threads
+    from checkpointer.inspect import Database
+
+    source = Store(source_kind, tmp_path / "src")
+    target = Store(target_kind, tmp_path / "dst")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    try:
+        states = _run(source.open(enc()), "t")
+        target.open(enc())  # an empty, set-up database
+
+        def url(store: Store) -> tuple[str, str | None]:
+            if store.kind == "sqlite":
+                return str(store.tmp_path / "store.db"), None
+            return PG_URL, store.schema
+
+        out = io.StringIO()
+        with Database.open(url(source)[0], schema=url(source)[1]) as db:
+            export_threads(db, ["t"], out)
+        assert SECRET not in out.getvalue()
+        with Database.open(url(target)[0], schema=url(target)[1]) as db:
+            import_threads(db, out.getvalue().splitlines(keepends=True))
+        assert _states(target.open(enc()), "t") == states
+    finally:
+        source.close()
+        target.close()
+
+
+async def test_async_copy_thread_reseals(tmp_path: Path) -> None:
+    from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
+
+    s = enc()
+    with SqliteSaver.from_conn_string(tmp_path / "a.db", serde=s) as saver:
+        states = await asyncio.to_thread(_run, saver)
+    async with AsyncSqliteSaver.from_conn_string(tmp_path / "a.db", serde=s) as asaver:
+        await asaver.acopy_thread("t", "t-copy")
+    with SqliteSaver.from_conn_string(tmp_path / "a.db", serde=s) as saver:
+        assert _states(saver, "t-copy") == states
+        assert _assert_bound_to(saver, s, "t-copy") > 0
+
+
+def test_plain_serializers_copy_rows_without_reading_them(tmp_path: Path) -> None:
+    """The fast path stays: without a binding serializer copy_thread is the dialect's
+    INSERT ... SELECT statements, no value is read or re-serialized."""
+    from tests.conftest import StatementCounter
+
+    store = Store("sqlite", tmp_path)
+    try:
+        saver = store.open(MsgpackSerializer())
+        states = _run(saver)
+        counter = StatementCounter(saver)
+        saver.copy_thread("t", "t-copy")
+        assert not any("SELECT checkpoint_ns, channel" in sql for sql in counter.statements)
+        assert all(not sql.lstrip().upper().startswith("SELECT") for sql in counter.statements)
+        assert _states(saver, "t-copy") == states
+    finally:
+        store.close()
+
+
+def test_tools_refuse_to_copy_bound_values(tmp_path: Path) -> None:
+    """The command-line tools hold no keys: `copy` and `fork --to` refuse a thread whose
+    values are bound to it (one clear error, nothing written) instead of making a copy that
+    cannot be decrypted; a thread written without encryption copies as before."""
+    from tests.test_cli_support import assert_one_line_error, run, run_json
+
+    store = Store("sqlite", tmp_path)
+    try:
+        encrypted = store.open(enc())
+        _run(encrypted, "t")
+        head = next(iter(encrypted.list(cw.thread_config("t")))).config["configurable"]
+        saver = store.open(MsgpackSerializer())
+        _run(saver, "clear")
+        url = ["--url", str(tmp_path / "store.db")]
+        assert_one_line_error(run("copy", "t", "t2", *url), "bound to their thread")
+        assert_one_line_error(
+            run("fork", "t", head["checkpoint_id"], "--to", "t3", *url), "bound to their thread"
+        )
+        assert not list(saver.list(cw.thread_config("t2")))
+        assert not list(saver.list(cw.thread_config("t3")))
+        assert run_json("copy", "clear", "clear2", *url)["checkpoints"] > 0
+        assert _states(saver, "clear2") == _states(saver, "clear")
+    finally:
+        store.close()
+
+
+def test_reencrypt_keeps_the_write_keys_the_saver_was_given(store: Store) -> None:
+    """LangGraph's negative-step task ids are stored shifted on PostgreSQL (uuid column);
+    re-encryption binds each write to the key the saver reads it at, not the stored form."""
+    from checkpointer.ids import next_channel_version
+    from checkpointer.types import empty_checkpoint, make_config
+
+    saver = store.open(enc())
+    cp = empty_checkpoint()
+    version = next_channel_version(None)
+    cp["channel_values"], cp["channel_versions"] = {"x": SECRET}, {"x": version}
+    config = saver.put(make_config("t"), cp, {}, {"x": version})
+    task = "-0000001-1234-5678-9abc-def012345678"
+    saver.put_writes(config, [("x", SECRET), ("__interrupt__", "stop")], task)
+    rotated = enc(keys={"k1": K1, "k2": K2}, active_key_id="k2")
+    saver = store.open(rotated)
+    report = reencrypt(saver)
+    assert report.rewritten == report.scanned >= 3  # the memory saver: record, metadata too
+    tup = store.open(enc(keys={"k2": K2}, active_key_id="k2")).get_tuple(config)
+    assert sorted(tup.pending_writes) == sorted(
+        [(task, "x", SECRET), (task, "__interrupt__", "stop")]
+    )
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_langgraph_scenarios_under_bound_encryption(kind: str, tmp_path: Path) -> None:
+    """LangGraph through the drop-in, every value bound to its location: the same
+    observable results as LangGraph's own saver (interrupts, forks, subgraphs, and the
+    negative-step task ids of exit durability, which PostgreSQL stores shifted)."""
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.memory import InMemorySaver as ReferenceSaver
+
+    from checkpointer.langgraph import LangGraphSaver
+    from tests.lg_graphs import SCENARIOS
+
+    for name, run in sorted(SCENARIOS.items()):
+        (tmp_path / name).mkdir()
+        store = Store(kind, tmp_path / name)  # a fresh database each: scenarios share ids
+        try:
+            s = enc()
+            saver = store.open(s)
+            assert run(LangGraphSaver(saver)) == run(ReferenceSaver()), name
+            stored = list(iter_stored_values(saver))
+            assert stored and all(s.is_current(data, bind=True) for _, data in stored)
+        finally:
+            store.close()

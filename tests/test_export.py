@@ -147,6 +147,17 @@ def test_damaged_files_are_refused_whole(source: Db, tmp_path: Path) -> None:
         corrupt = [*lines[:3], '{"kind": "blob", "thread_id": "chat"}\n', *lines[3:]]
         with pytest.raises(ExportFormatError, match="line 4"):
             import_threads(db, corrupt)
+        # Records of a shape no saver could read back (hand-edited files) are refused too.
+        at = next(i for i, line in enumerate(lines) if '"kind":"checkpoint"' in line)
+        for field, value in (("checkpoint", {"channel_versions": [1]}), ("metadata", [1])):
+            damaged = json.loads(lines[at])
+            if field == "metadata":
+                damaged["metadata"] = {"counters_since_delta_snapshot": value}
+            else:
+                damaged["checkpoint"] = {**damaged["checkpoint"], **value}
+            edited = [*lines[:at], json.dumps(damaged) + "\n", *lines[at + 1 :]]
+            with pytest.raises(ExportFormatError, match=f"line {at + 1}: {field}"):
+                import_threads(db, edited)
         assert run_json("threads", *target.args)["total"] == 0
 
         bad = tmp_path / "bad.jsonl"

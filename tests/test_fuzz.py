@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checkpointer.channels import DeltaSnapshot, Overwrite
-from checkpointer.errors import CheckpointerError, DeserializationError
+from checkpointer.errors import CorruptValueError, DeserializationError
 from checkpointer.savers.sql.core import decode_delta_history, decode_tuples
 from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
 from checkpointer.serde import MsgpackSerializer
@@ -287,11 +287,13 @@ def test_round_trips_are_lossless(value: Any) -> None:
 
 # -------------------------------------------------------------- row decoders
 def decode(fn: Any, *args: Any) -> Any:
-    """Call a row decoder, giving it a dialect if its signature takes one (the decoders'
-    signatures belong to the savers and may grow)."""
-    if "d" in inspect.signature(fn).parameters:
-        return fn(*args, d=SqliteDialect())
-    return fn(*args)
+    """Call a row decoder, giving it a dialect and the thread it reads if its signature
+    takes them (the decoders' signatures belong to the savers and may grow). Generators
+    are drained: a decoder that yields must fail as it goes, not when first called."""
+    params = inspect.signature(fn).parameters
+    extra = {"d": SqliteDialect(), "thread_id": "t", "checkpoint_ns": ""}
+    result = fn(*args, **{k: v for k, v in extra.items() if k in params})
+    return list(result) if inspect.isgenerator(result) else result
 
 
 def _checkpoint_row(cid: str, rec: Any = None, meta: Any = None) -> tuple[Any, ...]:
@@ -326,7 +328,7 @@ def test_decode_tuples_with_corrupt_values_raises_only_typed(rows: list[Any]) ->
 )
 def test_decode_delta_history_with_corrupt_values_raises_only_typed(rows: list[Any]) -> None:
     built = [
-        (kind, depth, channel, "", "task", depth, tag, blob)
+        (kind, depth, channel, "", "task", depth, tag, blob, "ref")
         for depth, (kind, channel, (tag, blob)) in enumerate(rows)
     ]
     with contextlib.suppress(DeserializationError):
@@ -345,19 +347,58 @@ CORRUPT_RECORDS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, AttributeError, TypeError),
-    reason=(
-        "decode_tuples trusts the JSON columns: a malformed or wrongly shaped checkpoint/"
-        "metadata record raises json.JSONDecodeError, AttributeError or TypeError instead of "
-        "a CheckpointerError; core.decode_checkpoint / decode_metadata should validate"
+@pytest.mark.parametrize(("rec", "meta"), CORRUPT_RECORDS)
+def test_decode_tuples_with_corrupt_records_raises_only_typed(rec: str, meta: str | None) -> None:
+    with pytest.raises(CorruptValueError) as caught:
+        decode(decode_tuples, [_checkpoint_row("c1", rec, meta)], STRICT)
+    assert (caught.value.thread_id, caught.value.checkpoint_id) == ("t", "c1")
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5)),
+    lambda c: st.one_of(
+        st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)
     ),
+    max_leaves=10,
 )
-def test_decode_tuples_with_corrupt_records_raises_only_typed() -> None:
-    for rec, meta in CORRUPT_RECORDS:
-        with contextlib.suppress(CheckpointerError):
-            decode(decode_tuples, [_checkpoint_row("c1", rec, meta)], STRICT)
+record_fields = st.sampled_from(
+    ["v", "ts", "channel_versions", "versions_seen", "updated_channels", "pending_sends"]
+)
+
+
+@st.composite
+def shaped_records(draw: st.DrawFn) -> tuple[str, str]:
+    """Records of (mostly) the right keys with values of any JSON shape, and metadata
+    whose counters may be anything: what a buggy writer or a hand edit leaves behind."""
+    record = draw(st.dictionaries(record_fields, json_values, max_size=5))
+    meta = draw(
+        st.dictionaries(
+            st.sampled_from(["step", "counters_since_delta_snapshot"]), json_values, max_size=2
+        )
+    )
+    text = json.dumps(record)
+    if draw(st.booleans()):  # cut the text short: malformed JSON
+        text = text[: draw(st.integers(0, len(text)))]
+    return text, json.dumps(meta)
+
+
+@FUZZ
+@given(shaped_records())
+def test_decode_tuples_with_shaped_records_raises_only_typed(record: tuple[str, str]) -> None:
+    """Any checkpoint row decodes to a tuple whose fields have the documented types, or
+    raises CorruptValueError naming it; never a TypeError, KeyError or JSON error."""
+    rec, meta = record
+    try:
+        (tup,) = decode(decode_tuples, [_checkpoint_row("c1", rec, meta)], STRICT)
+    except CorruptValueError as exc:
+        assert exc.checkpoint_id == "c1"
+        return
+    cp = tup.checkpoint
+    assert all(isinstance(v, str | int | float) for v in cp["channel_versions"].values())
+    assert all(isinstance(v, dict) for v in cp["versions_seen"].values())
+    assert cp["updated_channels"] is None or all(isinstance(c, str) for c in cp["updated_channels"])
+    counters = tup.metadata.get("counters_since_delta_snapshot") or {}
+    assert all(isinstance(v, tuple) and len(v) == 2 for v in counters.values())
 
 
 # -------------------------------------------------------------------- crypto

@@ -35,7 +35,12 @@ from checkpointer.savers.sql.inspect import (
     threads_of_runs_plan,
 )
 from checkpointer.savers.sql.lifecycle import prune_keep_latest_plan
-from checkpointer.savers.sql.transfer import ForkResult, fork_in_place_plan, fork_to_thread_plan
+from checkpointer.savers.sql.transfer import (
+    ForkResult,
+    fork_in_place_plan,
+    fork_to_thread_plan,
+    refuse_bound_values_plan,
+)
 
 
 def _now() -> datetime:
@@ -203,6 +208,8 @@ def copy(source: str, target: str, url: str | None, schema: str | None, as_json:
         db.require_threads([source])
         if db.run(existing_threads_plan(db.dialect, [target])):
             raise CliError(f"thread {target!r} already exists; delete it first or pick another")
+        # The tools hold no keys: values bound to their thread cannot be re-sealed here.
+        db.run(refuse_bound_values_plan(db.dialect, source, f"copy thread {source!r}"))
         with progress("copying"):
             db.saver.copy_thread(source, target)
         copied = db.run(footprint_plan(db.dialect, [target]))

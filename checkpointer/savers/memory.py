@@ -11,6 +11,7 @@ import builtins
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -54,7 +55,7 @@ from checkpointer.savers.retention import (
     ttl_outcome,
 )
 from checkpointer.serde import Serializer
-from checkpointer.serde.compression import load_typed
+from checkpointer.serde.located import ValueLocation, dumps_at, is_located, load_at, relocate
 from checkpointer.types import (
     INTERRUPT,
     ChannelVersions,
@@ -121,6 +122,10 @@ Namespace = dict[str, _StoredCheckpoint]
 class InMemorySaver(BaseCheckpointSaver):
     """Keeps every thread in process memory; thread-safe, lost when the process ends."""
 
+    passes_value_locations = True
+    """Every value and checkpoint record is stored and read with its `ValueLocation`
+    (metadata is JSON text, as in the SQL savers: filterable, never encrypted)."""
+
     def __init__(self, *, serde: Serializer | None = None) -> None:
         super().__init__(serde=serde)
         self._lock = threading.RLock()
@@ -138,6 +143,10 @@ class InMemorySaver(BaseCheckpointSaver):
             self._meta[thread_id] = _ThreadMeta(now, now)
         else:
             meta.updated_at = now
+
+    def _dump(self, value: Any, location: ValueLocation) -> Typed:
+        """`value` serialized for `location` (bound to it when the serializer binds)."""
+        return dumps_at(self.serde, value, location)
 
     # ------------------------------------------------------------- reading
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -208,6 +217,7 @@ class InMemorySaver(BaseCheckpointSaver):
             return {}
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         walk = _HistoryWalk(channels)
+        located = is_located(self.serde)
         with self._lock:
             namespace = self._threads.get(thread_id, {}).get(ns, {})
             target_id = checkpoint_id_of(config) or (max(namespace) if namespace else None)
@@ -228,9 +238,19 @@ class InMemorySaver(BaseCheckpointSaver):
                     version = stored.channel_versions.get(channel)
                     blob = self._blobs.get((thread_id, ns, channel, str(version)))
                     if version is not None and blob is not None:
-                        values[channel] = load_typed(self.serde, blob)
+                        where = ValueLocation.blob(thread_id, ns, channel, str(version))
+                        values[channel] = load_at(
+                            self.serde,
+                            blob,
+                            where if located else None,
+                            **{**where.where(), "checkpoint_id": cursor},
+                        )
+                # Each write is read where it was stored: its own checkpoint and task.
                 walk.visit_parts(
-                    [(w.task_id, w.channel, load_typed(self.serde, w.value)) for w in writes],
+                    [
+                        (w.task_id, w.channel, self._read_write(thread_id, ns, cursor, w, located))
+                        for w in writes
+                    ],
                     values,
                 )
                 cursor = stored.parent_id
@@ -239,21 +259,30 @@ class InMemorySaver(BaseCheckpointSaver):
     def _load(
         self, thread_id: str, ns: str, checkpoint_id: str, stored: _StoredCheckpoint
     ) -> CheckpointTuple:
+        located = is_located(self.serde)
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
-        checkpoint: Checkpoint = load_typed(self.serde, stored.record, **where)
+        checkpoint: Checkpoint = load_at(
+            self.serde,
+            stored.record,
+            ValueLocation.checkpoint(thread_id, ns, checkpoint_id) if located else None,
+            **where,
+        )
         values: dict[str, Any] = {}
         for channel, version in stored.channel_versions.items():
             blob = self._blobs.get((thread_id, ns, channel, str(version)))
             if blob is not None:
-                values[channel] = load_typed(self.serde, blob, **where, channel=channel)
+                values[channel] = load_at(
+                    self.serde,
+                    blob,
+                    ValueLocation.blob(thread_id, ns, channel, str(version)) if located else None,
+                    **where,
+                    channel=channel,
+                    version=str(version),
+                )
         checkpoint["channel_values"] = values
         writes = sorted(stored.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
         pending: list[PendingWrite] = [
-            (
-                w.task_id,
-                w.channel,
-                load_typed(self.serde, w.value, **where, channel=w.channel, task_id=w.task_id),
-            )
+            (w.task_id, w.channel, self._read_write(thread_id, ns, checkpoint_id, w, located))
             for w in writes
         ]
         parent = (
@@ -267,6 +296,21 @@ class InMemorySaver(BaseCheckpointSaver):
             pending_writes=pending,
         )
 
+    def _read_write(
+        self, thread_id: str, ns: str, checkpoint_id: str, write: _StoredWrite, located: bool
+    ) -> Any:
+        where = _write_location(thread_id, ns, checkpoint_id, write)
+        return load_at(
+            self.serde,
+            write.value,
+            where if located else None,
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint_id,
+            channel=write.channel,
+            task_id=write.task_id,
+        )
+
     # ------------------------------------------------------------- writing
     def put(
         self,
@@ -278,12 +322,15 @@ class InMemorySaver(BaseCheckpointSaver):
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         parent_id = parent_id_for_put(config, checkpoint)
         record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        checkpoint_id = checkpoint["id"]
         blobs = {
-            (thread_id, ns, channel, str(version)): self.serde.dumps_typed(value)
+            (thread_id, ns, channel, str(version)): self._dump(
+                value, ValueLocation.blob(thread_id, ns, channel, str(version))
+            )
             for channel, (version, value) in new_blob_channels(checkpoint, new_versions).items()
         }
         stored = _StoredCheckpoint(
-            record=self.serde.dumps_typed(record),
+            record=self._dump(record, ValueLocation.checkpoint(thread_id, ns, checkpoint_id)),
             metadata=dumps_json(dict(metadata)),  # refuses what every saver refuses
             parent_id=parent_id,
             channel_versions=dict(checkpoint["channel_versions"]),
@@ -321,9 +368,11 @@ class InMemorySaver(BaseCheckpointSaver):
         rows = [
             _StoredWrite(
                 task_id=task_id,
-                idx=write_idx(channel, position),
+                idx=(idx := write_idx(channel, position)),
                 channel=channel,
-                value=self.serde.dumps_typed(value),
+                value=self._dump(
+                    value, ValueLocation.write(thread_id, ns, checkpoint_id, task_id, idx, channel)
+                ),
                 task_path=task_path,
             )
             for position, (channel, value) in enumerate(writes)
@@ -366,28 +415,46 @@ class InMemorySaver(BaseCheckpointSaver):
             self._drop_unreferenced_blobs()
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, value and pending write. When the serializer binds values
+        to their location, each is re-sealed for the target thread (the bytes of the source
+        would not decrypt there)."""
+        source_id, target_id = source_thread_id, target_thread_id
+        relocating = is_located(self.serde) and source_id != target_id
+
+        def moved(data: Typed, where: ValueLocation) -> Typed:
+            if not relocating:
+                return data
+            return relocate(self.serde, data, where, _replace(where, thread_id=target_id))
+
         with self._lock:
-            source = self._threads.get(source_thread_id, {})
-            target = self._threads.setdefault(target_thread_id, {})
+            source = self._threads.get(source_id, {})
+            target = self._threads.setdefault(target_id, {})
             for ns, namespace in source.items():
                 copied = target.setdefault(ns, {})
                 for cid, stored in namespace.items():
                     copied[cid] = _StoredCheckpoint(
-                        record=stored.record,
+                        record=moved(stored.record, ValueLocation.checkpoint(source_id, ns, cid)),
                         metadata=stored.metadata,
                         parent_id=stored.parent_id,
                         channel_versions=dict(stored.channel_versions),
                         run_id=stored.run_id,
-                        writes=dict(stored.writes),
+                        writes={
+                            key: _replace(
+                                w, value=moved(w.value, _write_location(source_id, ns, cid, w))
+                            )
+                            for key, w in stored.writes.items()
+                        },
                         ts=stored.ts,
                         pinned=stored.pinned,
                         delta_channels=stored.delta_channels,
                     )
             for (thread_id, ns, channel, version), blob in list(self._blobs.items()):
-                if thread_id == source_thread_id:
-                    self._blobs[(target_thread_id, ns, channel, version)] = blob
+                if thread_id == source_id:
+                    self._blobs[(target_id, ns, channel, version)] = moved(
+                        blob, ValueLocation.blob(source_id, ns, channel, version)
+                    )
             if source:
-                self._touch(target_thread_id)
+                self._touch(target_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         validate_prune_strategy(strategy)
@@ -495,7 +562,8 @@ class InMemorySaver(BaseCheckpointSaver):
             failed.extend((item.ns, item.checkpoint_id, ch) for ch in missing)
             for channel, value in values.items():
                 version = str(stored.channel_versions[channel])
-                blobs[(thread_id, item.ns, channel, version)] = self.serde.dumps_typed(value)
+                where = ValueLocation.blob(thread_id, item.ns, channel, version)
+                blobs[(thread_id, item.ns, channel, version)] = self._dump(value, where)
         return blobs, failed
 
     def _expire(
@@ -667,6 +735,14 @@ class InMemorySaver(BaseCheckpointSaver):
             for channel, version in stored.channel_versions.items()
         }
         self._blobs = {k: v for k, v in self._blobs.items() if k in referenced}
+
+
+def _write_location(
+    thread_id: str, ns: str, checkpoint_id: str, write: _StoredWrite
+) -> ValueLocation:
+    return ValueLocation.write(
+        thread_id, ns, checkpoint_id, write.task_id, write.idx, write.channel
+    )
 
 
 def _unique(thread_ids: Sequence[str]) -> list[str]:

@@ -17,7 +17,6 @@ Needs the `zstandard` package (imported on first use).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from checkpointer.errors import (
@@ -115,24 +114,15 @@ def load_typed(serde: Serializer, data: tuple[str, bytes], **where: str | None) 
         raise CorruptValueError(str(exc), **where) from exc
 
 
-def value_loader(serde: Serializer) -> Callable[..., Any]:
-    """`load_typed` bound to `serde`, for reading many values in one go.
+def fast_loader_of(serde: Serializer) -> Callable[[tuple[str, bytes]], Any] | None:
+    """A `loads_typed` for reading many values in one go, from serializers that offer one
+    (the msgpack serializer: one set of hooks for the batch); None for others.
 
-    Serializers that offer a `fast_loader` (the msgpack one) decode through it; a value it
-    cannot read goes through `load_typed` again, which raises the located error.
+    It raises on anything it cannot read, without saying where: callers read that value
+    again through `load_typed`, which raises the located error.
     """
     make_fast = getattr(serde, "fast_loader", None)
-    if make_fast is None:
-        return partial(load_typed, serde)
-    fast = make_fast()
-
-    def load(data: tuple[str, bytes], **where: str | None) -> Any:
-        try:
-            return fast(data)
-        except Exception:
-            return load_typed(serde, data, **where)
-
-    return load
+    return None if make_fast is None else make_fast()
 
 
 class CompressingSerializer:

@@ -16,11 +16,13 @@ value: old values stay readable while `keys` still holds their key, and `reencry
 rewrites everything under the active key so an old key can be retired.
 
 Associated data: the header above, plus the value's location (`ValueLocation`: thread,
-namespace, channel, and version or checkpoint/task) when the saver passes one through
+namespace, channel, and version or checkpoint/task), which every saver passes through
 `dumps_typed_at` / `loads_typed_at`. A value copied to another row then fails to decrypt
-(`DecryptionError`) instead of silently becoming another thread's state. Values written
-without a location ("unbound", flag bit 0 clear) stay readable through either path unless
-`require_bound=True`; `reencrypt(saver, bind=True)` binds them.
+(`CorruptCiphertextError`, a `DecryptionError` naming the row) instead of silently
+becoming another thread's state; the savers' own moves to another thread (`copy_thread`, a
+fork to a new thread) re-seal each value for its new place (`relocate_typed`). Values
+written without a location ("unbound", flag bit 0 clear, by earlier versions) stay
+readable unless `require_bound=True`; `reencrypt(saver)` binds them.
 
 Plaintext is refused on load (`PlaintextRefusedError`): an attacker who can write to the
 database must not be able to inject unencrypted state. `allow_plaintext=True` accepts it,
@@ -53,6 +55,7 @@ __all__ = [
     "EncryptedSerializer",
     "ReencryptReport",
     "areencrypt",
+    "bound_values_stmts",
     "reencrypt",
 ]
 
@@ -282,6 +285,15 @@ class EncryptedSerializer:
 
     def loads_typed_at(self, data: tuple[str, bytes], location: ValueLocation) -> Any:
         return self._decode(data, location)
+
+    def relocate_typed(
+        self, data: tuple[str, bytes], source: ValueLocation, target: ValueLocation
+    ) -> tuple[str, bytes]:
+        """A value stored at `source` sealed again for `target` under the active key (what a
+        copy to another thread needs), without deserializing the value itself."""
+        data = decompress_typed(data)
+        inner = self._open(data, source)
+        return self._seal((data[0], bytes(data[1])) if inner is None else inner, target)
 
     # ----------------------------------------------------------------- inspection
     def key_id_of(self, data: tuple[str, bytes]) -> str | None:
@@ -558,7 +570,10 @@ def _sql_program(
             if table == "blobs":
                 location = ValueLocation.blob(key[0], key[1], key[2], key[3])
             else:
-                location = ValueLocation.write(key[0], key[1], key[2], key[3], key[4], row[5])
+                # The task id and slot as the saver was given them (PostgreSQL stores some
+                # LangGraph task ids shifted into idx): the location it reads them at.
+                task_id, idx = d.decode_write_key(key[3], key[4])
+                location = ValueLocation.write(key[0], key[1], key[2], task_id, idx, row[5])
             new_tag, new_blob = enc.reseal(data, location, bind=bind)
             report.rewritten += 1
             updates.append(
@@ -649,9 +664,28 @@ def iter_stored_values(saver: Any) -> Iterator[tuple[ValueLocation, tuple[str, b
         )
     )
     for t, ns, cid, task_id, idx, ch, tag, blob in rows:
-        yield ValueLocation.write(t, ns, cid, task_id, idx, ch), (tag, bytes(blob))
+        task, slot = d.decode_write_key(task_id, idx)
+        yield ValueLocation.write(t, ns, cid, task, slot, ch), (tag, bytes(blob))
 
 
 def _one_op(op: Any) -> Generator[Any, Any, Any]:
     result = yield op
     return result
+
+
+def bound_values_stmts(d: Any, thread_id: str) -> list[Any]:
+    """Statements (blobs, writes) that return a row when the thread holds a value encrypted
+    and bound to its location: its header's flags byte (the second) is exactly the bound
+    flag. Read in SQL, without a key, by tools that must not copy such values as bytes."""
+    from checkpointer.savers.sql.core import Stmt
+
+    params = {"t": thread_id, "tag": TAG_ENCRYPTED, "flag": bytes((_FLAG_BOUND,))}
+    return [
+        Stmt(
+            f"SELECT 1 FROM {table} WHERE thread_id = {d.p('t')} AND type = {d.p('tag')} "
+            f"AND substr(blob, 2, 1) = {d.p('flag')} LIMIT 1",
+            params,
+            fetch=True,
+        )
+        for table in (d.blobs, d.writes)
+    ]

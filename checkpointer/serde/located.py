@@ -18,25 +18,26 @@ by its version, not by a checkpoint, because one blob serves every checkpoint th
 change that channel; a pending write by its checkpoint, task and index. The database itself
 is not part of a location, so export/import between databases keeps values readable.
 
-Wiring (savers; once done, set `passes_value_locations = True` on the saver classes, which
-`encryption.reencrypt` reads to decide whether to bind):
-- `sql/core.py put_op`: each blob `dumps_at(serde, v, ValueLocation.blob(thread_id, ns,
-  channel, version_text(version)))`; `put_writes_op`: `ValueLocation.write(thread_id, ns,
-  checkpoint_id, task_id, write_idx(channel, position), channel)` (the task id as given,
-  which is what PostgreSQL returns as `task_id::text`).
-- `decode_tuples`: blob rows need their version (select `bl.version` in the spare column
-  `b` of the blob branch of `_tuples_sql`); write rows already carry task id, idx, channel.
-- `decode_delta_history`: takes thread id and namespace from the config (pass them from
-  `_p_delta_history`); seed rows need the blob version and write rows the checkpoint id
-  (add both to the recursive statement's select lists).
-- `sql/lifecycle.py` (snapshots stored by retention) and `memory.py` `put`, `put_writes`,
-  `_load`, `list` (metadata filter), `_materialize`: the same kinds; the memory saver also
-  stores records and metadata through the serializer (`ValueLocation.checkpoint/metadata`).
-- Copies to another thread (`copy_thread` in both SQL dialects and the memory saver,
-  `transfer.fork_to_thread_plan`, an import that renames threads) copy ciphertext bound to
-  the source thread: when `is_located(serde)` they must decode at the source location and
-  encode at the target (in pages), not `INSERT ... SELECT` the bytes.
-- Readers of raw rows (`inspect.py`, `savers/sql/inspect.py`): `loads_at` with the row's key.
+Every saver passes them (`passes_value_locations = True`, which `encryption.reencrypt`
+reads to decide whether to bind):
+- SQL savers (`sql/core.py`): `put_op` / `put_writes_op` write each blob and write at its
+  location, `decode_tuples` reads them back there (the blob's version comes with its row;
+  a write's key is its task id and slot as the saver was given them, as PostgreSQL's
+  `decode_write_key` returns them). `decode_delta_history` reads each seed at its blob
+  location and each write at *its own* checkpoint, not the one being rebuilt. Snapshots
+  stored by retention (`sql/lifecycle.py`) are written at their blob location.
+- The in-memory saver does the same, and also stores checkpoint records through the
+  serializer (`ValueLocation.checkpoint`); metadata is JSON text there as in SQL.
+- Moves to another thread re-seal: `copy_thread` (both SQL dialects, the memory saver) and
+  `transfer.fork_to_thread_plan` read each value at the source location and store it at the
+  target's (`relocate`, in pages) when `is_located(serde)`; with a plain serializer they
+  copy bytes in SQL as before. A fork inside its thread (`fork_in_place_plan`, a graph run
+  from an old checkpoint) keeps every key, so nothing is re-sealed.
+- Export/import carries values as stored: a location names no database, so an import
+  elsewhere (same thread ids) reads back with the same keys.
+- The command-line tools hold no keys: they read values without a location (encrypted
+  ones show as unloadable) and refuse to copy bound values to another thread
+  (`transfer.refuse_bound_values_plan`).
 """
 
 from __future__ import annotations
@@ -44,8 +45,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from checkpointer.errors import (
+    CorruptCiphertextError,
+    CorruptValueError,
+    DecryptionError,
+    DeserializationError,
+    PlaintextRefusedError,
+)
 from checkpointer.serde.base import Serializer
-from checkpointer.serde.compression import decompress_typed
+from checkpointer.serde.compression import decompress_typed, load_typed
 
 __all__ = [
     "LocatedSerializer",
@@ -53,7 +61,9 @@ __all__ = [
     "ValueLocation",
     "dumps_at",
     "is_located",
+    "load_at",
     "loads_at",
+    "relocate",
 ]
 
 LocationKind = Literal["blob", "write", "checkpoint", "metadata"]
@@ -136,6 +146,17 @@ class ValueLocation:
             )
         )
 
+    def where(self) -> dict[str, str | None]:
+        """The fields a `CorruptValueError` names."""
+        return {
+            "thread_id": self.thread_id,
+            "checkpoint_ns": self.checkpoint_ns,
+            "checkpoint_id": self.checkpoint_id,
+            "channel": self.channel,
+            "task_id": self.task_id,
+            "version": self.version,
+        }
+
     def describe(self) -> str:
         parts = [f"thread {self.thread_id!r}"]
         if self.checkpoint_ns:
@@ -181,3 +202,47 @@ def loads_at(serde: Serializer, data: tuple[str, bytes], location: ValueLocation
     if method is not None:
         return method(decompress_typed(data), location)
     return serde.loads_typed(decompress_typed(data))
+
+
+def load_at(
+    serde: Serializer, data: tuple[str, bytes], location: ValueLocation | None, **where: str | None
+) -> Any:
+    """What savers call to read a stored value: `loads_at` when given a location (pass None
+    for serializers that do not bind: the plain path stays as cheap as `load_typed`).
+
+    A value that cannot be read raises CorruptValueError naming `where`; one that does not
+    decrypt there (tampered, moved from another row) `CorruptCiphertextError`, which is also
+    a DecryptionError. A refused plaintext keeps its type: that is configuration, not damage.
+    """
+    if location is None:
+        return load_typed(serde, data, **where)
+    try:
+        return loads_at(serde, data, location)
+    except (CorruptValueError, PlaintextRefusedError):
+        raise
+    except DecryptionError as exc:
+        raise CorruptCiphertextError(str(exc), **where) from exc
+    except DeserializationError as exc:
+        raise CorruptValueError(str(exc), **where) from exc
+
+
+def relocate(
+    serde: Serializer, data: tuple[str, bytes], source: ValueLocation, target: ValueLocation
+) -> tuple[str, bytes]:
+    """A stored value made readable at `target` instead of `source` (copies to another
+    thread). Serializers with `relocate_typed` (the encrypting one) re-seal the bytes
+    without deserializing the value; others are read at `source` and written at `target`.
+    A value that cannot be read at `source` raises CorruptValueError naming it.
+    """
+    method = getattr(serde, "relocate_typed", None)
+    try:
+        if method is not None:
+            return method(data, source, target)
+        value = loads_at(serde, data, source)
+    except (CorruptValueError, PlaintextRefusedError):
+        raise
+    except DecryptionError as exc:
+        raise CorruptCiphertextError(str(exc), **source.where()) from exc
+    except DeserializationError as exc:
+        raise CorruptValueError(str(exc), **source.where()) from exc
+    return dumps_at(serde, value, target)

@@ -9,14 +9,21 @@ statements and the row decoders are written once.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, Generic, TypeVar
 
-from checkpointer.errors import CheckpointerError, ConfigError, SerializationError
+from checkpointer.errors import (
+    CheckpointerError,
+    ConfigError,
+    CorruptValueError,
+    SerializationError,
+)
 from checkpointer.savers.base import (
     dumps_json,
     new_blob_channels,
@@ -27,7 +34,8 @@ from checkpointer.savers.base import (
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
-from checkpointer.serde.compression import load_typed, value_loader
+from checkpointer.serde.compression import fast_loader_of, load_typed
+from checkpointer.serde.located import ValueLocation, dumps_at, is_located, load_at
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -144,24 +152,82 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def decode_metadata(value: Any) -> CheckpointMetadata:
-    metadata: dict[str, Any] = _json_value(value)
+Where = Mapping[str, str | None]
+"""The location fields of a `CorruptValueError` (thread_id, checkpoint_ns, checkpoint_id)."""
+
+_VERSION_TYPES = frozenset((str, int, float))
+_STR = frozenset((str,))
+_NO_WHERE: Where = {}
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
+        type(value), "null" if value is None else "number"
+    )
+
+
+def _json_object(value: Any, what: str, where: Where) -> dict[str, Any]:
+    """A JSON column as a dict, or CorruptValueError naming the record: the row was written
+    around the saver (or damaged), and must not surface as a JSON or attribute error."""
+    if isinstance(value, str | bytes):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptValueError(f"{what} is not valid JSON ({exc})", **where) from exc
+    if type(value) is not dict:
+        raise CorruptValueError(f"{what} is not a JSON object (got {_json_type(value)})", **where)
+    return value
+
+
+def _is_versions(value: Any) -> bool:
+    """A {channel: version} object (a version is a string or a number). The checks run in
+    C (`map`, `issuperset`): these records are decoded on every read."""
+    return type(value) is dict and _VERSION_TYPES.issuperset(map(type, value.values()))
+
+
+def decode_metadata(value: Any, where: Where = _NO_WHERE) -> CheckpointMetadata:
+    """The metadata column, checked for the one field the savers rely on (counters of the
+    delta channels: an object of pairs); CorruptValueError otherwise."""
+    metadata = _json_object(value, "metadata", where)
     counters = metadata.get("counters_since_delta_snapshot")
-    if isinstance(counters, dict):
-        # JSON has no tuples; the record type says these are pairs.
-        metadata["counters_since_delta_snapshot"] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in counters.items()
-        }
+    if counters is not None:
+        if type(counters) is not dict:
+            raise CorruptValueError(
+                "metadata counters_since_delta_snapshot is not an object "
+                f"(got {_json_type(counters)})",
+                **where,
+            )
+        pairs: dict[str, tuple[Any, Any]] = {}
+        for k, v in counters.items():
+            if type(v) is not list or len(v) != 2:
+                raise CorruptValueError(
+                    f"metadata counters_since_delta_snapshot[{k!r}] is not a pair", **where
+                )
+            pairs[k] = (v[0], v[1])  # JSON has no tuples; the record type says pairs
+        metadata["counters_since_delta_snapshot"] = pairs
     return metadata  # type: ignore[return-value]
 
 
-def decode_checkpoint(record: Any, checkpoint_id: str, values: dict[str, Any]) -> Checkpoint:
-    fields: dict[str, Any] = _json_value(record)
+def decode_checkpoint(
+    record: Any, checkpoint_id: str, values: dict[str, Any], where: Where = _NO_WHERE
+) -> Checkpoint:
+    """The checkpoint column plus its id and values. Type checks only, one level deep (on
+    the hot path of every read): a record of the wrong shape is a CorruptValueError naming
+    the field, not a TypeError somewhere in the runtime later."""
+    fields = _json_object(record, "checkpoint record", where)
+    versions = fields.setdefault("channel_versions", {})
+    if not _is_versions(versions):
+        raise CorruptValueError("checkpoint record channel_versions is malformed", **where)
+    seen = fields.setdefault("versions_seen", {})
+    if type(seen) is not dict or not all(map(_is_versions, seen.values())):
+        raise CorruptValueError("checkpoint record versions_seen is malformed", **where)
+    updated = fields.setdefault("updated_channels", None)
+    if updated is not None and (
+        type(updated) is not list or not _STR.issuperset(map(type, updated))
+    ):
+        raise CorruptValueError("checkpoint record updated_channels is malformed", **where)
     fields["id"] = checkpoint_id
     fields["channel_values"] = values
-    fields.setdefault("versions_seen", {})
-    fields.setdefault("channel_versions", {})
-    fields.setdefault("updated_channels", None)
     return fields  # type: ignore[return-value]
 
 
@@ -256,6 +322,37 @@ class Dialect:
 
         The delta-history walk asks it at every ancestor before parsing the record's JSON:
         over a long chain the parse, not the primary-key chase, is what costs."""
+        return None
+
+    json_guarded = False
+    """Whether JSON reads tolerate damaged records (a `guarded()` copy)."""
+
+    def guarded(self) -> Dialect:
+        """This dialect with JSON reads that tolerate a damaged checkpoint record (text
+        that is not JSON, a non-object where an object belongs), so that one such row does
+        not abort a statement reading others: its decoder then names it. Only used to
+        retry a read that failed on one (`json_damage`): the statements of the hot path
+        stay as they are."""
+        clone: Dialect | None = self.__dict__.get("_guarded_copy")
+        if clone is None:
+            clone = copy.copy(self)
+            clone.__dict__.pop("_sql_cache", None)
+            clone.json_guarded = True
+            self._guarded_copy = clone
+        return clone
+
+    def json_damage(self, exc: BaseException) -> bool:
+        """Whether a statement failed on a damaged JSON record (then retry `guarded()`)."""
+        return False
+
+    def damaged_record_probe(self, record: str) -> str | None:
+        """An always-false condition that makes the statement fail, as parsing would, on a
+        record that is not JSON; None where not needed (see `may_hold_version`)."""
+        return None
+
+    def record_unreadable(self, record: str) -> str | None:
+        """A condition true where a checkpoint record's channel versions cannot be read
+        (guarded dialects; None: no check in the statement)."""
         return None
 
     def counters_column(self, column: str) -> str:
@@ -391,8 +488,9 @@ def _tuples_sql(d: Dialect, page_sql: str, *, newest_first: bool) -> str:
         f"{d.null('text')} AS d, {d.null('int')} AS n, {d.null('bytes')} AS data, "
         "t.checkpoint AS rec, t.metadata AS meta FROM t "
         "UNION ALL "
-        "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 1, bl.channel, NULL, NULL, "
-        f"bl.type, NULL, bl.blob, NULL, NULL FROM t {d.versions_join('t.checkpoint', 'v')} "
+        "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 1, bl.channel, "
+        f"{d.versions_value('v')}, NULL, bl.type, NULL, bl.blob, NULL, NULL "
+        f"FROM t {d.versions_join('t.checkpoint', 'v')} "
         + d.lookup(
             d.blobs,
             "bl",
@@ -513,51 +611,62 @@ def list_page_stmt(
     return Stmt(d.sql(("list", *where), build), params, fetch=True)
 
 
-def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> list[CheckpointTuple]:
-    """Rows of `_tuples_sql` (grouped per checkpoint, checkpoint row first) to tuples.
+def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterator[CheckpointTuple]:
+    """Rows of `_tuples_sql` (grouped per checkpoint, checkpoint row first) to tuples, one
+    at a time: a checkpoint that cannot be read raises only when it is reached, so `list()`
+    still yields every newer one first.
 
     Row: (thread, ns, checkpoint_id, kind, a, b, c, d, n, data, rec, meta) where kind 0 is
-    the checkpoint (a=parent id), 1 a blob (a=channel, d=type), 2 a pending write
-    (a=task_path, b=task_id, c=channel, d=type, n=idx).
+    the checkpoint (a=parent id), 1 a blob (a=channel, b=version, d=type), 2 a pending
+    write (a=task_path, b=task_id, c=channel, d=type, n=idx).
     """
-    out: list[CheckpointTuple] = []
+    located = is_located(serde)
     values: dict[str, Any] = {}
     writes: list[PendingWrite] = []
     head: Row | None = None
 
-    def flush() -> None:
-        assert head is not None
+    def tuple_of(head: Row) -> CheckpointTuple:
         thread_id, ns, checkpoint_id, parent_id = head[0], head[1], head[2], head[4]
-        out.append(
-            CheckpointTuple(
-                config=make_config(thread_id, ns, checkpoint_id),
-                checkpoint=decode_checkpoint(head[10], checkpoint_id, values),
-                metadata=decode_metadata(head[11]),
-                parent_config=(
-                    make_config(thread_id, ns, parent_id) if parent_id is not None else None
-                ),
-                pending_writes=writes,
-            )
+        where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        return CheckpointTuple(
+            config=make_config(thread_id, ns, checkpoint_id),
+            checkpoint=decode_checkpoint(head[10], checkpoint_id, values, where),
+            metadata=decode_metadata(head[11], where),
+            parent_config=(
+                make_config(thread_id, ns, parent_id) if parent_id is not None else None
+            ),
+            pending_writes=writes,
         )
 
     for row in rows:
         kind = row[3]
         if kind == 0:
             if head is not None:
-                flush()
+                yield tuple_of(head)
             head, values, writes = row, {}, []
         elif kind == 1:
-            values[row[4]] = load_typed(
+            if located:
+                location = ValueLocation.blob(row[0], row[1], row[4], row[5])
+                load: Any = partial(load_at, location=location)
+            else:
+                load = load_typed
+            values[row[4]] = load(
                 serde,
                 (row[7], bytes(row[9])),
                 thread_id=row[0],
                 checkpoint_ns=row[1],
                 checkpoint_id=row[2],
                 channel=row[4],
+                version=row[5],
             )
         else:
-            task_id, _ = d.decode_write_key(row[5], row[8])
-            value = load_typed(
+            task_id, idx = d.decode_write_key(row[5], row[8])
+            if located:
+                location = ValueLocation.write(row[0], row[1], row[2], task_id, idx, row[6])
+                load = partial(load_at, location=location)
+            else:
+                load = load_typed
+            value = load(
                 serde,
                 (row[7], bytes(row[9])),
                 thread_id=row[0],
@@ -568,8 +677,7 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> list[Ch
             )
             writes.append((task_id, row[6], value))
     if head is not None:
-        flush()
-    return out
+        yield tuple_of(head)
 
 
 # --------------------------------------------------------------------------- delta history
@@ -625,12 +733,16 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             if maybe is None:
                 return exact
             # Only the channel's few stored versions (snapshots) can end the walk: skip the
-            # JSON parse at ancestors whose record mentions none of them.
-            return (
+            # JSON parse at ancestors whose record mentions none of them. The record is then
+            # never parsed, so a cheap probe still fails the statement on a damaged one (as
+            # the parse would have), and the guarded retry names it.
+            prefiltered = (
                 f"EXISTS (SELECT 1 FROM {d.blobs} sv WHERE sv.thread_id = {p('thread_id')} "
                 f"AND sv.checkpoint_ns = {p('checkpoint_ns')} AND sv.channel = {p(f'ch{i}')} "
                 f"AND {maybe}) AND {exact}"
             )
+            probe = d.damaged_record_probe(record)
+            return prefiltered if probe is None else f"({probe} OR {prefiltered})"
 
         seeded_bits = " + ".join(
             f"(CASE WHEN (w.mask_out & {d.bigint(str(1 << i))}) <> 0 AND "
@@ -643,14 +755,14 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
         seeds = " UNION ALL ".join(
             f"SELECT 0 AS kind, w.depth AS depth, {d.text(p(f'ch{i}'))} AS channel, "
             f"{d.null('text')} AS task_path, {d.null('text')} AS task_id, "
-            f"{d.null('int')} AS idx, bl.type AS type, bl.blob AS blob "
+            f"{d.null('int')} AS idx, bl.type AS type, bl.blob AS blob, bl.version AS ref "
             "FROM walk w "
             + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
             + " "
             + d.lookup(
                 d.blobs,
                 "bl",
-                "bl.type, bl.blob",
+                "bl.type, bl.blob, bl.version",
                 f"bl.thread_id = {p('thread_id')} AND bl.checkpoint_ns = {p('checkpoint_ns')} "
                 f"AND bl.channel = {p(f'ch{i}')} "
                 f"AND bl.version = {d.version_of('pc.checkpoint', p(f'ch{i}'))}",
@@ -681,7 +793,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             f"{seeds} "
             "UNION ALL "
             "SELECT 1, w.depth, wr.channel, wr.task_path, "
-            f"{d.task_id_text('wr.task_id')}, wr.idx, wr.type, wr.blob "
+            f"{d.task_id_text('wr.task_id')}, wr.idx, wr.type, wr.blob, w.checkpoint_id "
             "FROM walk w "
             + d.lookup(
                 d.writes,
@@ -692,8 +804,17 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             )
             + " "
             "JOIN chans ON chans.name = wr.channel AND (w.mask_in & chans.bit) <> 0 "
-            "ORDER BY 1, 2 DESC, 4, 5, 6"
         )
+        unreadable = d.record_unreadable("pc.checkpoint")
+        if unreadable is not None:
+            # Ancestors whose record cannot be read: the walk could not see their values.
+            sql += (
+                "UNION ALL SELECT 2, w.depth, NULL, NULL, NULL, NULL, NULL, NULL, "
+                "w.checkpoint_id FROM walk w "
+                + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
+                + f" WHERE w.depth > 0 AND {unreadable} "
+            )
+        sql += "ORDER BY 1, 2 DESC, 4, 5, 6"
         return sql
 
     sql = d.sql(("delta", n, checkpoint_id is None), build)
@@ -701,21 +822,71 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
 
 
 def decode_delta_history(
-    rows: Iterable[Row], channels: Sequence[str], serde: Serializer, d: Dialect
+    rows: Iterable[Row],
+    channels: Sequence[str],
+    serde: Serializer,
+    d: Dialect,
+    *,
+    thread_id: str,
+    checkpoint_ns: str,
 ) -> dict[str, DeltaChannelHistory]:
-    """Rows (kind, depth, channel, task_path, task_id, idx, type, blob), seeds first, then
-    writes oldest first, to one history per channel."""
+    """Rows (kind, depth, channel, task_path, task_id, idx, type, blob, ref), seeds first,
+    then writes oldest first, to one history per channel. `ref` is a seed's version and the
+    checkpoint a write is pending on: each value is read at the location it was stored at,
+    not the target's. A kind 2 row is an ancestor whose record is unreadable."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
-    loads = value_loader(serde)
-    for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob in rows:
+    located = is_located(serde)
+    fast = None if located else fast_loader_of(serde)
+    for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref in rows:
+        if kind == 2:
+            raise CorruptValueError(
+                "checkpoint record is unreadable (not a JSON object with channel_versions), "
+                "and the delta channels of a later checkpoint replay through it",
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                checkpoint_id=ref,
+            )
         entry = out.get(channel)
         if entry is None:
             continue
-        value = loads((type_, blob if type(blob) is bytes else bytes(blob)))
+        if fast is not None and kind == 1:
+            # A thousand small writes per history: decode them on the batch path; one that
+            # fails goes through `load_at` below for the located error.
+            try:
+                task_id = d.decode_write_key(stored_task_id, stored_idx)[0]
+                value = fast((type_, blob if type(blob) is bytes else bytes(blob)))
+            except Exception:
+                pass
+            else:
+                entry["writes"].append((task_id, channel, value))
+                continue
         if kind == 0:
-            entry["seed"] = value
+            entry["seed"] = load_at(
+                serde,
+                (type_, bytes(blob)),
+                ValueLocation.blob(thread_id, checkpoint_ns, channel, ref) if located else None,
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                channel=channel,
+                version=ref,
+            )
         else:
-            task_id, _ = d.decode_write_key(stored_task_id, stored_idx)
+            task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
+            location = (
+                ValueLocation.write(thread_id, checkpoint_ns, ref, task_id, idx, channel)
+                if located
+                else None
+            )
+            value = load_at(
+                serde,
+                (type_, bytes(blob)),
+                location,
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                checkpoint_id=ref,
+                channel=channel,
+                task_id=task_id,
+            )
             entry["writes"].append((task_id, channel, value))
     return out
 
@@ -748,11 +919,22 @@ def put_op(
     thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
     parent_id = parent_id_for_put(config, checkpoint)
     checkpoint_id = checkpoint["id"]
-    dumps = serde.dumps_typed
-    blobs = [
-        (channel, version_text(version), *dumps(value))
-        for channel, (version, value) in new_blob_channels(checkpoint, new_versions).items()
-    ]
+    changed = new_blob_channels(checkpoint, new_versions)
+    if is_located(serde):
+        blobs = [
+            (
+                channel,
+                (v := version_text(version)),
+                *dumps_at(serde, value, ValueLocation.blob(thread_id, ns, channel, v)),
+            )
+            for channel, (version, value) in changed.items()
+        ]
+    else:
+        dumps = serde.dumps_typed
+        blobs = [
+            (channel, version_text(version), *dumps(value))
+            for channel, (version, value) in changed.items()
+        ]
     meta_text = encode_metadata(metadata)
     d.check_metadata(meta_text)
     run_id = metadata.get("run_id")
@@ -795,12 +977,18 @@ def put_writes_op(
     stored_task_id, _ = d.encode_write_key(task_id, 0)
     replace = is_special_batch([channel for channel, _ in writes])
     dumps = serde.dumps_typed
+    located = is_located(serde)
     rows: dict[int, tuple[int, str, str, bytes]] = {}
     for position, (channel, value) in enumerate(writes):
-        _, idx = d.encode_write_key(task_id, write_idx(channel, position))
+        given_idx = write_idx(channel, position)
+        _, idx = d.encode_write_key(task_id, given_idx)
         if idx in rows and not replace:
             continue
-        rows[idx] = (idx, channel, *dumps(value))
+        if located:
+            where = ValueLocation.write(thread_id, ns, checkpoint_id, task_id, given_idx, channel)
+            rows[idx] = (idx, channel, *dumps_at(serde, value, where))
+        else:
+            rows[idx] = (idx, channel, *dumps(value))
     # Repeatable: rows are keyed by (checkpoint, task, idx); a repeat inserts nothing new or
     # replaces a row by the same value, and the summary adds only the difference.
     return repeatable(

@@ -490,7 +490,7 @@ def raw_delta_history_plan(
                 str(type_),
                 bytes(blob),
             )
-            for kind, depth, channel, path, task_id, idx, type_, blob in rows
+            for kind, depth, channel, path, task_id, idx, type_, blob, _ref in rows
         )
     return out
 

@@ -47,6 +47,7 @@ from checkpointer.savers.sql.core import (
 )
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
+from checkpointer.serde.located import ValueLocation, dumps_at, is_located
 from checkpointer.types import INTERRUPT, make_config
 
 # --------------------------------------------------------------------------- shapes
@@ -133,6 +134,7 @@ def _materialize_plan(
     use; returns blob rows (ns, channel, version, type, data) and what failed."""
     rows: list[tuple[str, str, str, str, bytes]] = []
     failed: list[tuple[str, str, str]] = []
+    located = is_located(serde)
     for item in plan.materialize:
         assert specs is not None
         node = shape.namespaces[item.ns].nodes[item.checkpoint_id]
@@ -141,13 +143,22 @@ def _materialize_plan(
         try:
             for chunk, stmt in delta_history_stmts(d, config, item.channels):
                 found = yield stmt
-                histories.update(decode_delta_history(found, chunk, serde, d))
+                histories.update(
+                    decode_delta_history(
+                        found, chunk, serde, d, thread_id=shape.thread_id, checkpoint_ns=item.ns
+                    )
+                )
         except Exception:  # an unloadable value: keep the ancestors instead
             histories = {}
         values, missing = materialize_values(specs, item.channels, histories)
         failed.extend((item.ns, item.checkpoint_id, ch) for ch in missing)
         for channel, value in values.items():
-            rows.append((item.ns, channel, node.versions[channel], *serde.dumps_typed(value)))
+            version = node.versions[channel]
+            if located:
+                where = ValueLocation.blob(shape.thread_id, item.ns, channel, version)
+                rows.append((item.ns, channel, version, *dumps_at(serde, value, where)))
+            else:
+                rows.append((item.ns, channel, version, *serde.dumps_typed(value)))
     return rows, failed
 
 

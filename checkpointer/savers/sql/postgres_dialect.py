@@ -136,8 +136,15 @@ class PostgresDialect(Dialect):
             f"WHERE {condition} OFFSET 0) {alias}"
         )
 
+    def json_damage(self, exc: BaseException) -> bool:
+        # jsonb_each_text on a record whose channel_versions is not an object.
+        return getattr(exc, "sqlstate", None) == "22023" and "non-object" in str(exc)
+
     def versions_join(self, record: str, alias: str) -> str:
-        return f"CROSS JOIN LATERAL jsonb_each_text({record} -> 'channel_versions') AS {alias}"
+        versions = f"{record} -> 'channel_versions'"
+        if self.json_guarded:
+            versions = f"CASE WHEN jsonb_typeof({versions}) = 'object' THEN {versions} END"
+        return f"CROSS JOIN LATERAL jsonb_each_text({versions}) AS {alias}"
 
     def version_of(self, record: str, channel: str) -> str:
         return f"({record} -> 'channel_versions' ->> {channel})"

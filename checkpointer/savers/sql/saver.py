@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Coroutine, Generator, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -42,9 +50,11 @@ from checkpointer.savers.sql.core import (
     Op,
     Row,
     StatementHook,
+    Stmt,
     decode_delta_history,
     decode_tuples,
     delete_for_runs_plan,
+    delta_history_stmt,
     delta_history_stmts,
     get_tuple_stmt,
     list_page_stmt,
@@ -55,8 +65,10 @@ from checkpointer.savers.sql.core import (
     repeatable,
 )
 from checkpointer.savers.sql.migration import check_revision
+from checkpointer.savers.sql.transfer import copy_thread_relocating_plan
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import database_default_serializer
+from checkpointer.serde.located import is_located
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -99,6 +111,8 @@ class _SqlPrograms:
     _dialect: Dialect
     serde: Serializer
     page_size: int
+    passes_value_locations = True
+    """Every value is stored and read with its `ValueLocation` (see `serde.located`)."""
 
     def _where(self) -> str:
         return self._dialect.describe()
@@ -112,10 +126,21 @@ class _SqlPrograms:
         # so a repeat after a lost COMMIT finds the schema current and does nothing.
         yield repeatable(lambda: Op(self._dialect.setup_plan(), txn=True))
 
+    def _p_read(self, stmt: Callable[[Dialect], Stmt]) -> Program[list[Row]]:
+        """The rows of `stmt(dialect)`. When it fails on a damaged checkpoint record (SQLite:
+        text that is not JSON), once more with the guarded dialect, which reads around the
+        damage so that the decoders can name it: the hot path runs the plain statement."""
+        try:
+            rows: list[Row] = yield read_op(stmt(self._dialect))
+        except Exception as exc:
+            if not self._dialect.json_damage(exc):
+                raise
+            rows = yield read_op(stmt(self._dialect.guarded()))
+        return rows
+
     def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
-        rows: list[Row] = yield read_op(get_tuple_stmt(self._dialect, config))
-        tuples = decode_tuples(rows, self.serde, self._dialect)
-        return tuples[0] if tuples else None
+        rows = yield from self._p_read(lambda d: get_tuple_stmt(d, config))
+        return next(decode_tuples(rows, self.serde, self._dialect), None)
 
     def _p_put(
         self,
@@ -151,8 +176,15 @@ class _SqlPrograms:
             yield Op(delete_for_runs_plan(self._dialect, list(run_ids)), txn=True)
 
     def _p_copy_thread(self, source_thread_id: str, target_thread_id: str) -> Program[None]:
-        if str(source_thread_id) != str(target_thread_id):
-            yield self._dialect.copy_thread_plan(str(source_thread_id), str(target_thread_id))
+        source, target = str(source_thread_id), str(target_thread_id)
+        if source == target:
+            return
+        if is_located(self.serde):
+            # Values bound to their thread are re-sealed for the copy, not copied as bytes.
+            plan = copy_thread_relocating_plan(self._dialect, self.serde, source, target)
+            yield Op(plan, txn=True)
+        else:
+            yield self._dialect.copy_thread_plan(source, target)
 
     def _p_prune(self, thread_ids: Sequence[str], strategy: str) -> Program[None]:
         validate_prune_strategy(strategy)
@@ -174,9 +206,11 @@ class _SqlPrograms:
         if not channels:
             return {}
         out: dict[str, DeltaChannelHistory] = {}
-        for chunk, stmt in delta_history_stmts(self._dialect, config, channels):
-            rows: list[Row] = yield read_op(stmt)
-            out.update(decode_delta_history(rows, chunk, self.serde, self._dialect))
+        where = {"thread_id": thread_id_of(config), "checkpoint_ns": checkpoint_ns_of(config)}
+        for chunk, _ in delta_history_stmts(self._dialect, config, channels):
+            stmt = partial(delta_history_stmt, config=config, channels=chunk)
+            rows = yield from self._p_read(stmt)
+            out.update(decode_delta_history(rows, chunk, self.serde, self._dialect, **where))
         return out
 
     # ------------------------------------------------------------ lifecycle
@@ -320,11 +354,11 @@ class _SqlPrograms:
 
     def _list_page(
         self, query: ListQuery, after: tuple[str, str, str] | None, remaining: int | None
-    ) -> tuple[Op[list[Row]], int] | None:
+    ) -> tuple[Program[list[Row]], int] | None:
         size = self.page_size if remaining is None else min(remaining, self.page_size)
         if size <= 0:
             return None
-        return read_op(list_page_stmt(self._dialect, query, after, size)), size
+        return self._p_read(lambda d: list_page_stmt(d, query, after, size)), size
 
 
 class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
@@ -346,7 +380,12 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         try:
             op = next(program)
             while True:
-                op = program.send(self._executor.run(op))
+                try:
+                    result = self._executor.run(op)
+                except Exception as exc:  # the program may handle it (see _p_read)
+                    op = program.throw(exc)
+                else:
+                    op = program.send(result)
         except StopIteration as stop:
             return stop.value
         finally:
@@ -377,17 +416,20 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     def _iter_list(self, query: ListQuery) -> Iterator[CheckpointTuple]:
         remaining, after = query.limit, None
         while (page := self._list_page(query, after, remaining)) is not None:
-            op, size = page
-            rows = self._drive(_run_one(op))
-            tuples = decode_tuples(rows, self.serde, self._dialect)
-            # No lock and no connection is held while the caller consumes the page.
-            yield from tuples
-            if len(tuples) < size:
+            program, size = page
+            rows = self._drive(program)
+            # No lock and no connection is held while the caller consumes the page; each
+            # checkpoint is decoded when reached, so a corrupt one hides none before it.
+            count, last = 0, None
+            for last in decode_tuples(rows, self.serde, self._dialect):
+                count += 1
+                yield last
+            if count < size or last is None:
                 return
-            last = tuples[-1].config["configurable"]
-            after = (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
+            key = last.config["configurable"]
+            after = (key["checkpoint_id"], key["thread_id"], key["checkpoint_ns"])
             if remaining is not None:
-                remaining -= len(tuples)
+                remaining -= count
 
     def put(
         self,
@@ -476,9 +518,11 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         self.close()
 
 
-def _run_one(op: Op[T]) -> Program[T]:
-    result = yield op
-    return result
+def _then_raise(items: builtins.list[T], error: Exception | None) -> Iterator[T]:
+    """`items`, then `error` if there was one (as a streaming list() would have)."""
+    yield from items
+    if error is not None:
+        raise error
 
 
 class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
@@ -510,7 +554,12 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         try:
             op = next(program)
             while True:
-                op = program.send(await self._executor.run(op))
+                try:
+                    result = await self._executor.run(op)
+                except Exception as exc:  # the program may handle it (see _p_read)
+                    op = program.throw(exc)
+                else:
+                    op = program.send(result)
         except StopIteration as stop:
             return stop.value
         finally:
@@ -559,17 +608,18 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         query = ListQuery.from_args(config, filter, before, limit)
         remaining, after = query.limit, None
         while (page := self._list_page(query, after, remaining)) is not None:
-            op, size = page
-            rows = await self._adrive(_run_one(op))
-            tuples = decode_tuples(rows, self.serde, self._dialect)
-            for tup in tuples:
-                yield tup
-            if len(tuples) < size:
+            program, size = page
+            rows = await self._adrive(program)
+            count, last = 0, None
+            for last in decode_tuples(rows, self.serde, self._dialect):
+                count += 1
+                yield last
+            if count < size or last is None:
                 return
-            last = tuples[-1].config["configurable"]
-            after = (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
+            key = last.config["configurable"]
+            after = (key["checkpoint_id"], key["thread_id"], key["checkpoint_ns"])
             if remaining is not None:
-                remaining -= len(tuples)
+                remaining -= count
 
     async def aput(
         self,
@@ -665,10 +715,19 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        async def collect() -> list[CheckpointTuple]:
-            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+        async def collect() -> tuple[list[CheckpointTuple], Exception | None]:
+            out: list[CheckpointTuple] = []
+            try:
+                async for t in self.alist(config, filter=filter, before=before, limit=limit):
+                    out.append(t)
+            except Exception as exc:  # re-raised after the checkpoints before it
+                return out, exc
+            return out, None
 
-        return iter(self._sync("list", collect()))
+        found, error = self._sync("list", collect())
+        if error is not None and not found:
+            raise error
+        return _then_raise(found, error)
 
     def put(
         self,

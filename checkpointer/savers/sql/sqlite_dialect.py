@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -73,8 +74,17 @@ class SqliteDialect(Dialect):
             raise ValueError(f"task id must be a string, got {task_id!r}")
         return task_id
 
+    def json_damage(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and "malformed JSON" in str(exc)
+
+    def _json(self, column: str) -> str:
+        """`column`, or when guarded NULL where it is not JSON (json_each raises on it)."""
+        if not self.json_guarded:
+            return column
+        return f"CASE WHEN json_valid({column}) THEN {column} END"
+
     def versions_join(self, record: str, alias: str) -> str:
-        return f"CROSS JOIN json_each({record}, '$.channel_versions') AS {alias}"
+        return f"CROSS JOIN json_each({self._json(record)}, '$.channel_versions') AS {alias}"
 
     def versions_value(self, alias: str) -> str:
         # Integer versions come back as numbers; blob keys hold their text.
@@ -83,7 +93,8 @@ class SqliteDialect(Dialect):
     def version_of(self, record: str, channel: str) -> str:
         # A channel name may hold any character, so it never becomes part of a JSON path.
         return (
-            f"(SELECT CAST(jv.value AS TEXT) FROM json_each({record}, '$.channel_versions') "
+            f"(SELECT CAST(jv.value AS TEXT) FROM json_each({self._json(record)}, "
+            "'$.channel_versions') "
             f"AS jv WHERE jv.key = {channel})"
         )
 
@@ -98,6 +109,21 @@ class SqliteDialect(Dialect):
     def versions_column(self, record: str) -> str:
         return f"json_extract({record}, '$.channel_versions')"
 
+    def damaged_record_probe(self, record: str) -> str | None:
+        if self.json_guarded:
+            return None  # the guarded walk lists unreadable records instead
+        # Records are JSON objects, so they end in "}"; only one that does not is parsed,
+        # and json() raises "malformed JSON" on it (json_damage), like json_each would.
+        return f"({record} NOT LIKE '%}}' AND json({record}) IS NULL)"
+
+    def record_unreadable(self, record: str) -> str | None:
+        if not self.json_guarded:
+            return None
+        return (
+            f"CASE WHEN json_valid({record}) THEN json_type({record}) <> 'object' "
+            f"OR json_type({record}, '$.channel_versions') <> 'object' ELSE 1 END"
+        )
+
     def in_list(self, column: str, name: str) -> str:
         return f"{column} IN (SELECT value FROM json_each({self.p(name)}))"
 
@@ -106,7 +132,10 @@ class SqliteDialect(Dialect):
 
     def metadata_filter(self, column: str, key_name: str, value_name: str) -> str:
         # Both sides are compact JSON text with sorted keys, so equal values compare equal.
-        return f"{column} -> {self.p(key_name)} = json({self.p(value_name)})"
+        test = f"{column} -> {self.p(key_name)} = json({self.p(value_name)})"
+        if self.json_guarded:  # metadata that is not JSON matches: reading it says why
+            return f"CASE WHEN json_valid({column}) THEN {test} ELSE 1 END"
+        return test
 
     def metadata_filter_params(self, key: str, value: Any) -> tuple[Any, Any]:
         # Keys are validated identifiers ([A-Za-z0-9_-]), safe inside a quoted JSON path;

@@ -22,6 +22,9 @@ from checkpointer.ids import new_checkpoint_id
 from checkpointer.savers.sql import core
 from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json
 from checkpointer.savers.sql.inspect import ancestors_plan, json_doc
+from checkpointer.serde.base import Serializer
+from checkpointer.serde.encryption import bound_values_stmts
+from checkpointer.serde.located import ValueLocation, is_located, relocate
 from checkpointer.types import utc_now_iso
 
 MAX_PATH = 10_000_000
@@ -213,14 +216,21 @@ def insert_blobs_stmt(d: Dialect, rows: Sequence[BlobRow]) -> Stmt:
     )
 
 
-def insert_writes_stmt(d: Dialect, rows: Sequence[WriteRow]) -> Stmt:
-    """Insert writes in their original slots (`idx`) with their task paths."""
+def insert_writes_stmt(d: Dialect, rows: Sequence[WriteRow], *, replace: bool = False) -> Stmt:
+    """Insert writes in their original slots (`idx`) with their task paths (`replace`:
+    overwrite a write already in that slot, as `copy_thread` does)."""
+    conflict = (
+        "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
+        "task_path = excluded.task_path, channel = excluded.channel, type = excluded.type, "
+        "blob = excluded.blob"
+        if replace
+        else "ON CONFLICT DO NOTHING"
+    )
     return Stmt(
         f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
         f"task_path, channel, type, blob) VALUES ({d.p('thread_id')}, {d.p('checkpoint_ns')}, "
         f"{d.p('checkpoint_id')}, {_task_id_param(d, 'task_id')}, {d.p('idx')}, "
-        f"{d.p('task_path')}, {d.p('channel')}, {d.p('type')}, {d.p('blob')}) "
-        "ON CONFLICT DO NOTHING",
+        f"{d.p('task_path')}, {d.p('channel')}, {d.p('type')}, {d.p('blob')}) " + conflict,
         [
             {
                 "thread_id": r.thread_id,
@@ -262,6 +272,114 @@ def insert_rows_plan(
         yield insert_writes_stmt(d, writes)
 
 
+# --------------------------------------------------------------------------- relocation
+RELOCATE_PAGE = 500
+"""Values re-sealed per statement when a copy moves them to another thread."""
+
+
+def _relocated_blob(serde: Serializer, row: BlobRow, target: str) -> BlobRow:
+    def at(thread_id: str) -> ValueLocation:
+        return ValueLocation.blob(thread_id, row.checkpoint_ns, row.channel, row.version)
+
+    tag, data = relocate(serde, (row.type, row.blob), at(row.thread_id), at(target))
+    return BlobRow(target, row.checkpoint_ns, row.channel, row.version, tag, data)
+
+
+def _relocated_write(serde: Serializer, row: WriteRow, target: str) -> WriteRow:
+    def at(thread_id: str) -> ValueLocation:
+        return ValueLocation.write(
+            thread_id, row.checkpoint_ns, row.checkpoint_id, row.task_id, row.idx, row.channel
+        )
+
+    tag, data = relocate(serde, (row.type, row.blob), at(row.thread_id), at(target))
+    return WriteRow(
+        target,
+        row.checkpoint_ns,
+        row.checkpoint_id,
+        row.task_id,
+        row.idx,
+        row.task_path,
+        row.channel,
+        tag,
+        data,
+    )
+
+
+def relocate_values_plan(
+    d: Dialect,
+    serde: Serializer,
+    source: str,
+    target: str,
+    *,
+    blob_keys: Callable[[BlobRow], bool] | None = None,
+    write_keys: Callable[[WriteRow], bool] | None = None,
+    replace_writes: bool = False,
+) -> Plan[None]:
+    """Copy the values (blobs, then pending writes) of thread `source` that the filters
+    accept into `target`, each read at its own location and stored at the target's: what a
+    copy needs when the serializer binds values to their location (`is_located`). Pages of
+    `RELOCATE_PAGE` rows, so memory stays bounded; run it in the copy's transaction."""
+    blob_after: tuple[str, str, str] | None = None
+    while True:
+        blobs = yield from blobs_page_plan(d, source, blob_after, RELOCATE_PAGE)
+        moved = [
+            _relocated_blob(serde, r, target) for r in blobs if blob_keys is None or blob_keys(r)
+        ]
+        if moved:
+            yield insert_blobs_stmt(d, moved)
+        if len(blobs) < RELOCATE_PAGE:
+            break
+        blob_after = (blobs[-1].checkpoint_ns, blobs[-1].channel, blobs[-1].version)
+    write_after: tuple[str, str, str, int] | None = None
+    while True:
+        writes = yield from writes_page_plan(d, source, write_after, RELOCATE_PAGE)
+        moved_writes = [
+            _relocated_write(serde, r, target)
+            for r in writes
+            if write_keys is None or write_keys(r)
+        ]
+        if moved_writes:
+            yield insert_writes_stmt(d, moved_writes, replace=replace_writes)
+        if len(writes) < RELOCATE_PAGE:
+            break
+        last = writes[-1]
+        write_after = (last.checkpoint_ns, last.checkpoint_id, last.task_id, last.idx)
+
+
+def copy_thread_relocating_plan(
+    d: Dialect, serde: Serializer, source: str, target: str
+) -> Plan[None]:
+    """`copy_thread` for serializers that bind values to their location: the checkpoint
+    rows are copied in SQL as the dialect's plan does (same conflict rules), the values are
+    re-sealed for the target thread, then the target's summary is refreshed."""
+    params = {"src": source, "dst": target}
+    yield Stmt(
+        f"INSERT INTO {d.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
+        "parent_checkpoint_id, run_id, checkpoint, metadata, pinned) "
+        f"SELECT {d.p('dst')}, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
+        f"checkpoint, metadata, pinned FROM {d.checkpoints} WHERE thread_id = {d.p('src')} "
+        "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+        "parent_checkpoint_id = excluded.parent_checkpoint_id, " + d.checkpoint_upsert_values(),
+        params,
+    )
+    yield from relocate_values_plan(d, serde, source, target, replace_writes=True)
+    yield from refresh_thread_summaries_plan(d, [target])
+
+
+def refuse_bound_values_plan(d: Dialect, thread_id: str, action: str) -> Plan[None]:
+    """CheckpointerError when the thread holds values encrypted *and bound to their
+    location*: copied as bytes to another thread they would not decrypt there, and only a
+    saver with the keys (`EncryptedSerializer`) can re-seal them. What the tools, which
+    have no keys, check before copying a thread."""
+    for stmt in bound_values_stmts(d, thread_id):
+        if (yield stmt):
+            raise CheckpointerError(
+                f"cannot {action}: thread {thread_id!r} holds values encrypted and bound to "
+                "their thread, which would not decrypt in the copy; copy it through a saver "
+                "configured with its EncryptedSerializer (saver.copy_thread)"
+            )
+
+
 # --------------------------------------------------------------------------- fork
 @dataclass(frozen=True, slots=True)
 class ForkResult:
@@ -287,7 +405,12 @@ def _has_child_plan(d: Dialect, thread_id: str, ns: str, checkpoint_id: str) -> 
 
 
 def fork_to_thread_plan(
-    d: Dialect, source: str, target: str, ns: str, checkpoint_id: str
+    d: Dialect,
+    source: str,
+    target: str,
+    ns: str,
+    checkpoint_id: str,
+    serde: Serializer | None = None,
 ) -> Plan[ForkResult]:
     """Copy the branch ending at `checkpoint_id` (it and every ancestor, with their values
     and pending writes) into the new thread `target`, whose head it becomes.
@@ -297,7 +420,12 @@ def fork_to_thread_plan(
     has a child those writes made that child, so they stay behind and the next run of the
     new thread runs the step after the head again. Ancestors keep all their writes: the
     head's delta channels are rebuilt from them, back to the nearest snapshot.
+
+    Values are copied as bytes, unless `serde` binds them to their location (encryption):
+    then each is re-sealed for the new thread. Without such a serializer a thread holding
+    bound values is refused rather than copied into an unreadable thread.
     """
+    relocating = serde is not None and is_located(serde)
     taken = yield Stmt(
         f"SELECT 1 FROM {d.checkpoints} WHERE thread_id = {d.p('t')} LIMIT 1",
         {"t": target},
@@ -310,6 +438,8 @@ def fork_to_thread_plan(
     path = yield from ancestors_plan(d, source, ns, checkpoint_id, MAX_PATH)
     if not path:
         raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in thread {source!r}")
+    if not relocating:
+        yield from refuse_bound_values_plan(d, source, f"fork thread {source!r} to {target!r}")
     has_child = yield from _has_child_plan(d, source, ns, checkpoint_id)
     ids = [a.checkpoint_id for a in path]
     params: dict[str, Any] = {"src": source, "dst": target, "ns": ns}
@@ -332,6 +462,21 @@ def fork_to_thread_plan(
         params,
         fetch=True,
     )
+    write_ids = ids if not has_child else ids[1:]
+    if relocating:
+        assert serde is not None
+        wanted_blobs = {(str(ch), str(v)) for ch, v in keys}
+        wanted_writes = set(write_ids)
+        yield from relocate_values_plan(
+            d,
+            serde,
+            source,
+            target,
+            blob_keys=lambda r: r.checkpoint_ns == ns and (r.channel, r.version) in wanted_blobs,
+            write_keys=lambda r: r.checkpoint_ns == ns and r.checkpoint_id in wanted_writes,
+        )
+        yield from refresh_thread_summaries_plan(d, [target])
+        return ForkResult(target, ns, checkpoint_id, checkpoint_id, len(ids), not has_child)
     if keys:
         yield Stmt(
             f"INSERT INTO {d.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
@@ -341,7 +486,6 @@ def fork_to_thread_plan(
             [{**params, "ch": str(ch), "v": str(v)} for ch, v in keys],
             many=True,
         )
-    write_ids = ids if not has_child else ids[1:]
     if write_ids:
         yield Stmt(
             f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
