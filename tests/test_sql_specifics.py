@@ -16,6 +16,7 @@ from psycopg_pool import ConnectionPool
 from checkpointer.errors import SerializationError
 from checkpointer.ids import next_channel_version, task_id_for
 from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
+from checkpointer.savers.sql import core
 from checkpointer.savers.sql.postgres_dialect import encode_task_id
 from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
@@ -47,6 +48,16 @@ class Sql:
         if self.is_async:
             return [t async for t in self.saver.alist(config, **kwargs)]
         return list(self.saver.list(config, **kwargs))
+
+    def execute(self, sql: str) -> None:
+        """Change the tables directly (a separate connection, committed)."""
+        if self.kind.endswith("postgres"):
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'SET search_path TO "{self.schema}"')
+                conn.execute(sql)
+            return
+        with sqlite3.connect(self.saver._executor.path) as conn:
+            conn.execute(sql)
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         """Read the tables directly (a separate connection)."""
@@ -124,12 +135,35 @@ async def test_statement_counts(sql: Sql) -> None:
         assert counter.count == 2
 
 
-async def test_list_pages_are_one_statement_each(sql: Sql) -> None:
+async def test_list_pages_are_one_statement_each(sql: Sql, monkeypatch: pytest.MonkeyPatch) -> None:
     await build(sql, "pages", 10, delta=False)
     sql.saver.page_size = 4
     counter = StatementCounter(sql.saver)
+    # A thread within the byte budget comes whole, in one statement, whatever page_size.
     assert len(await sql.list(make_config("pages"))) == 10
+    assert counter.count == 1
+    counter.reset()
+    assert len(await sql.list(make_config("pages"), limit=7)) == 7
+    assert counter.count == 1
+    # Across threads, and for a thread over the budget, pages of page_size.
+    counter.reset()
+    assert len(await sql.list(None)) == 10
     assert counter.count == 3
+    monkeypatch.setattr(core, "WHOLE_THREAD_PAGE_BYTES", 10)
+    sql.saver._dialect._sql_cache.clear()
+    counter.reset()
+    listed = await sql.list(make_config("pages"))
+    assert counter.count == 3
+    assert [t.metadata["step"] for t in listed] == list(range(9, -1, -1))
+
+
+async def test_list_whole_thread_page_survives_a_stale_summary(sql: Sql) -> None:
+    """The summary's checkpoint count only sizes the page: one that is too low costs
+    another page, never a missing checkpoint."""
+    await build(sql, "stale", 8, delta=False)
+    sql.execute("UPDATE checkpointer_threads SET checkpoint_count = 2 WHERE thread_id = 'stale'")
+    listed = await sql.list(make_config("stale"))
+    assert [t.metadata["step"] for t in listed] == list(range(7, -1, -1))
 
 
 async def test_blobs_only_for_new_versions(sql: Sql) -> None:

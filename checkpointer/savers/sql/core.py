@@ -15,7 +15,6 @@ import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from typing import Any, Generic, TypeVar
 
 from checkpointer.errors import (
@@ -34,7 +33,7 @@ from checkpointer.savers.base import (
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
-from checkpointer.serde.compression import fast_loader_of, load_typed
+from checkpointer.serde.compression import fast_loader_of
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located, load_at
 from checkpointer.types import (
     ChannelVersions,
@@ -477,16 +476,17 @@ _TUPLE_COLUMNS = (
 )
 
 
-def _tuples_sql(d: Dialect, page_sql: str, *, newest_first: bool) -> str:
-    """Checkpoints selected by `page_sql`, each followed by its blobs and pending writes,
-    in one statement (a UNION ALL of three row kinds; see `decode_tuples`)."""
-    order = "3 DESC, 1 DESC, 2 DESC" if newest_first else "3, 1, 2"
+def _tuples_sql(d: Dialect, page_sql: str) -> str:
+    """Checkpoints selected by `page_sql` (which also selects `page_limit`), their blobs
+    and their pending writes, in one statement: a UNION ALL of three row kinds, see
+    `decode_tuples`. Unordered: sorting would push every value through a temporary B-tree
+    (a whole chat history per checkpoint); `decode_tuples` groups the rows instead."""
     return (
         f"WITH t AS MATERIALIZED ({page_sql}) "
         "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 0 AS kind, "
         f"t.parent_checkpoint_id AS a, {d.null('text')} AS b, {d.null('text')} AS c, "
-        f"{d.null('text')} AS d, {d.null('int')} AS n, {d.null('bytes')} AS data, "
-        "t.checkpoint AS rec, t.metadata AS meta FROM t "
+        f"{d.null('text')} AS d, {d.typed('t.page_limit', 'bigint')} AS n, "
+        f"{d.null('bytes')} AS data, t.checkpoint AS rec, t.metadata AS meta FROM t "
         "UNION ALL "
         "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 1, bl.channel, "
         f"{d.versions_value('v')}, NULL, bl.type, NULL, bl.blob, NULL, NULL "
@@ -510,8 +510,6 @@ def _tuples_sql(d: Dialect, page_sql: str, *, newest_first: bool) -> str:
             "w.thread_id = t.thread_id AND w.checkpoint_ns = t.checkpoint_ns "
             "AND w.checkpoint_id = t.checkpoint_id",
         )
-        + " "
-        f"ORDER BY {order}, 4, 5, 6, 9"
     )
 
 
@@ -524,14 +522,14 @@ def get_tuple_stmt(d: Dialect, config: RunnableConfig) -> Stmt:
 
     def build() -> str:
         page = (
-            f"SELECT {_TUPLE_COLUMNS} FROM {d.checkpoints} "
+            f"SELECT {_TUPLE_COLUMNS}, 1 AS page_limit FROM {d.checkpoints} "
             f"WHERE thread_id = {d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')} "
         )
         if checkpoint_id is None:
             page += "ORDER BY checkpoint_id DESC LIMIT 1"
         else:
             page += f"AND checkpoint_id = {d.p('checkpoint_id')}"
-        return _tuples_sql(d, page, newest_first=True)
+        return _tuples_sql(d, page)
 
     return Stmt(d.sql(("get_tuple", checkpoint_id is None), build), params, fetch=True)
 
@@ -570,10 +568,25 @@ class ListQuery:
         return query
 
 
+WHOLE_THREAD_PAGE_BYTES = 128 * 1024 * 1024
+"""A thread whose stored values total at most this is listed in one statement, whatever
+its checkpoint count: the page then holds at most this much, and a long thread of small
+checkpoints costs one round trip instead of one per `page_size` checkpoints."""
+
+
 def list_page_stmt(
-    d: Dialect, query: ListQuery, after: tuple[str, str, str] | None, page_size: int
+    d: Dialect,
+    query: ListQuery,
+    after: tuple[str, str, str] | None,
+    page_size: int,
+    remaining: int | None = None,
 ) -> Stmt:
-    """One page of `list()`, newest first; `after` is the last (id, thread, ns) seen."""
+    """One page of `list()`, newest first; `after` is the last (id, thread, ns) seen.
+
+    The page holds `page_size` checkpoints, or a whole thread of at most
+    `WHOLE_THREAD_PAGE_BYTES` (per its summary row) up to `remaining`. Each checkpoint row
+    carries the limit the page used (`page_limit_of`), so the caller knows when it is the
+    last page."""
     where: list[str] = []
     params: dict[str, Any] = {"limit": page_size}
     if query.thread_id is not None:
@@ -599,36 +612,104 @@ def list_page_stmt(
         params[f"fk{i}"], params[f"fv{i}"] = key_param, value_param
         where.append(d.metadata_filter("metadata", f"fk{i}", f"fv{i}"))
 
+    whole_thread = query.thread_id is not None
+    if whole_thread:
+        params["page_bytes"] = WHOLE_THREAD_PAGE_BYTES
+        params["cap"] = remaining if remaining is not None else 2**62
+
     def build() -> str:
-        page = f"SELECT {_TUPLE_COLUMNS} FROM {d.checkpoints}"
+        limit = d.typed(d.p("limit"), "bigint")
+        if whole_thread:
+            # One more than the summary's count: a whole thread then comes back short of the
+            # limit and ends the listing; a stale count only costs another page.
+            count = "(s.checkpoint_count + 1)"
+            limit = (
+                f"coalesce((SELECT CASE WHEN s.bytes <= {d.typed(d.p('page_bytes'), 'bigint')} "
+                f"AND {count} > {limit} THEN (CASE WHEN {count} < {d.typed(d.p('cap'), 'bigint')} "
+                f"THEN {count} ELSE {d.typed(d.p('cap'), 'bigint')} END) ELSE {limit} END "
+                f"FROM {d.threads} s WHERE s.thread_id = {d.p('thread_id')}), {limit})"
+            )
+        page = f"SELECT {_TUPLE_COLUMNS}, {limit} AS page_limit FROM {d.checkpoints}"
         if where:
             page += " WHERE " + " AND ".join(where)
         page += " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC "
-        page += f"LIMIT {d.p('limit')}"
-        return _tuples_sql(d, page, newest_first=True)
+        page += f"LIMIT {limit}"
+        return _tuples_sql(d, page)
 
     # The WHERE clauses are fixed text per shape; every value in them is a parameter.
-    return Stmt(d.sql(("list", *where), build), params, fetch=True)
+    return Stmt(d.sql(("list", whole_thread, *where), build), params, fetch=True)
+
+
+def page_limit_of(rows: Sequence[Row]) -> int | None:
+    """The checkpoint limit a page of `list_page_stmt` used (None: the page is empty)."""
+    for row in rows:
+        if row[3] == 0:
+            return int(row[8])
+    return None
 
 
 def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterator[CheckpointTuple]:
-    """Rows of `_tuples_sql` (grouped per checkpoint, checkpoint row first) to tuples, one
-    at a time: a checkpoint that cannot be read raises only when it is reached, so `list()`
-    still yields every newer one first.
+    """Rows of `_tuples_sql` to tuples, newest first, one at a time: a checkpoint that
+    cannot be read raises only when it is reached, so `list()` still yields every newer one
+    first.
 
     Row: (thread, ns, checkpoint_id, kind, a, b, c, d, n, data, rec, meta) where kind 0 is
-    the checkpoint (a=parent id), 1 a blob (a=channel, b=version, d=type), 2 a pending
-    write (a=task_path, b=task_id, c=channel, d=type, n=idx).
+    the checkpoint (a=parent id, n=page limit), 1 a blob (a=channel, b=version, d=type), 2 a
+    pending write (a=task_path, b=task_id, c=channel, d=type, n=idx). The rows come in any
+    order: they are grouped per checkpoint here, writes in the order they were applied.
     """
+    heads: list[Row] = []
+    parts: dict[tuple[str, str, str], tuple[list[Row], list[Row]]] = {}
+    for row in rows:
+        kind = row[3]
+        if kind == 0:
+            heads.append(row)
+            continue
+        key = (row[0], row[1], row[2])
+        entry = parts.get(key)
+        if entry is None:
+            entry = parts[key] = ([], [])
+        entry[kind - 1].append(row)
+    heads.sort(key=_newest_first, reverse=True)
     located = is_located(serde)
-    values: dict[str, Any] = {}
-    writes: list[PendingWrite] = []
-    head: Row | None = None
+    fast = None if located else fast_loader_of(serde)
+    no_parts: tuple[list[Row], list[Row]] = ([], [])
 
-    def tuple_of(head: Row) -> CheckpointTuple:
+    def load(row: Row, location: ValueLocation | None, **where: str | None) -> Any:
+        data = (row[7], row[9] if type(row[9]) is bytes else bytes(row[9]))
+        if fast is not None:
+            try:
+                return fast(data)
+            except Exception:
+                pass
+        return load_at(serde, data, location, **where)
+
+    for head in heads:
         thread_id, ns, checkpoint_id, parent_id = head[0], head[1], head[2], head[4]
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
-        return CheckpointTuple(
+        blob_rows, write_rows = parts.get((thread_id, ns, checkpoint_id), no_parts)
+        values: dict[str, Any] = {}
+        for row in sorted(blob_rows, key=_by_channel):
+            channel, version = row[4], row[5]
+            values[channel] = load(
+                row,
+                ValueLocation.blob(thread_id, ns, channel, version) if located else None,
+                **where,
+                channel=channel,
+                version=version,
+            )
+        writes: list[PendingWrite] = []
+        for row in sorted(write_rows, key=_applied_order):
+            task_id, idx = d.decode_write_key(row[5], row[8])
+            channel = row[6]
+            location = (
+                ValueLocation.write(thread_id, ns, checkpoint_id, task_id, idx, channel)
+                if located
+                else None
+            )
+            value = load(row, location, **where, channel=channel, task_id=task_id)
+            writes.append((task_id, channel, value))
+        yield CheckpointTuple(
             config=make_config(thread_id, ns, checkpoint_id),
             checkpoint=decode_checkpoint(head[10], checkpoint_id, values, where),
             metadata=decode_metadata(head[11], where),
@@ -638,46 +719,18 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
             pending_writes=writes,
         )
 
-    for row in rows:
-        kind = row[3]
-        if kind == 0:
-            if head is not None:
-                yield tuple_of(head)
-            head, values, writes = row, {}, []
-        elif kind == 1:
-            if located:
-                location = ValueLocation.blob(row[0], row[1], row[4], row[5])
-                load: Any = partial(load_at, location=location)
-            else:
-                load = load_typed
-            values[row[4]] = load(
-                serde,
-                (row[7], bytes(row[9])),
-                thread_id=row[0],
-                checkpoint_ns=row[1],
-                checkpoint_id=row[2],
-                channel=row[4],
-                version=row[5],
-            )
-        else:
-            task_id, idx = d.decode_write_key(row[5], row[8])
-            if located:
-                location = ValueLocation.write(row[0], row[1], row[2], task_id, idx, row[6])
-                load = partial(load_at, location=location)
-            else:
-                load = load_typed
-            value = load(
-                serde,
-                (row[7], bytes(row[9])),
-                thread_id=row[0],
-                checkpoint_ns=row[1],
-                checkpoint_id=row[2],
-                channel=row[6],
-                task_id=task_id,
-            )
-            writes.append((task_id, row[6], value))
-    if head is not None:
-        yield tuple_of(head)
+
+def _newest_first(row: Row) -> tuple[str, str, str]:
+    return (row[2], row[0], row[1])
+
+
+def _by_channel(row: Row) -> str:
+    return str(row[4])
+
+
+def _applied_order(row: Row) -> tuple[str, str, int]:
+    """(task_path, stored task id, stored idx): the order the runtime applied them in."""
+    return (row[4], row[5], row[8])
 
 
 # --------------------------------------------------------------------------- delta history

@@ -58,6 +58,7 @@ from checkpointer.savers.sql.core import (
     delta_history_stmts,
     get_tuple_stmt,
     list_page_stmt,
+    page_limit_of,
     put_op,
     put_writes_op,
     read_op,
@@ -358,7 +359,7 @@ class _SqlPrograms:
         size = self.page_size if remaining is None else min(remaining, self.page_size)
         if size <= 0:
             return None
-        return self._p_read(lambda d: list_page_stmt(d, query, after, size)), size
+        return self._p_read(lambda d: list_page_stmt(d, query, after, size, remaining)), size
 
 
 class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
@@ -418,6 +419,7 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         while (page := self._list_page(query, after, remaining)) is not None:
             program, size = page
             rows = self._drive(program)
+            size = page_limit_of(rows) or size  # a small thread comes whole in one page
             # No lock and no connection is held while the caller consumes the page; each
             # checkpoint is decoded when reached, so a corrupt one hides none before it.
             count, last = 0, None
@@ -610,6 +612,7 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         while (page := self._list_page(query, after, remaining)) is not None:
             program, size = page
             rows = await self._adrive(program)
+            size = page_limit_of(rows) or size  # a small thread comes whole in one page
             count, last = 0, None
             for last in decode_tuples(rows, self.serde, self._dialect):
                 count += 1
