@@ -751,3 +751,26 @@ def test_corrupt_record_on_a_delta_history_path_is_a_typed_error(
         assert graph.get_state(child.config).values == expected
     finally:
         close_db(db)
+
+
+def test_lifecycle_operations_over_a_damaged_record_are_typed_and_change_nothing(
+    tmp_path: Path,
+) -> None:
+    """Operations that read records wholesale (retention, compaction, pins) over a record
+    that is not JSON raise CorruptValueError, roll back, and leave every row in place."""
+    from checkpointer.lifecycle import KeepLast
+
+    db = open_db("sqlite", tmp_path)
+    try:
+        _, tuples = _thread_with_history(db)
+        damaged = tuples[len(tuples) // 2].config["configurable"]["checkpoint_id"]
+        _set_record(db, "checkpoint", "{bad", damaged)
+        before = db.counts()
+        with pytest.raises(CorruptValueError):
+            db.saver.apply_retention(KeepLast(2), thread_ids=["t"])
+        with pytest.raises(CorruptValueError):
+            db.saver.prune(["t"])
+        assert db.counts() == before
+        assert db.saver.get_tuple(tuples[0].config) is not None  # the head still reads
+    finally:
+        close_db(db)

@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from checkpointer.channels import BaseChannel
-from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
+from checkpointer.errors import CheckpointerError, CheckpointNotFoundError, CorruptValueError
 from checkpointer.lifecycle import (
     IdleThreadTTL,
     KeepLast,
@@ -362,6 +362,20 @@ class _SqlPrograms:
         return self._p_read(lambda d: list_page_stmt(d, query, after, size, remaining)), size
 
 
+def _typed_damage(dialect: Dialect, exc: Exception) -> Exception:
+    """A statement that failed on a damaged checkpoint record as CorruptValueError.
+
+    Reads name the damaged row themselves (`_p_read`); this covers the operations that read
+    records wholesale (retention, fork, lifecycle reports), whose transaction has rolled
+    back, so nothing was changed."""
+    if isinstance(exc, CheckpointerError) or not dialect.json_damage(exc):
+        return exc
+    return CorruptValueError(
+        f"a checkpoint record this operation read is damaged ({exc}); nothing was changed. "
+        "`get_tuple` / `list` name the damaged checkpoint"
+    )
+
+
 class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     """Sync SQL saver; async methods come from the base class (run in a worker thread)."""
 
@@ -389,6 +403,11 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
                     op = program.send(result)
         except StopIteration as stop:
             return stop.value
+        except Exception as exc:
+            typed = _typed_damage(self._dialect, exc)
+            if typed is exc:
+                raise
+            raise typed from exc
         finally:
             program.close()
 
@@ -564,6 +583,11 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
                     op = program.send(result)
         except StopIteration as stop:
             return stop.value
+        except Exception as exc:
+            typed = _typed_damage(self._dialect, exc)
+            if typed is exc:
+                raise
+            raise typed from exc
         finally:
             program.close()
 
