@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from checkpointer.channels import BaseChannel
-from checkpointer.errors import ConfigError, SerializationError
+from checkpointer.errors import ConfigError, CorruptValueError, SerializationError
 from checkpointer.ids import next_channel_version
 from checkpointer.lifecycle import (
     THREAD_SORTS,
@@ -146,15 +146,26 @@ def resolve_now(now: datetime | None) -> datetime:
     return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
 
 
-def loads_metadata_json(text: str) -> dict[str, Any]:
-    """Metadata stored by `dumps_json`, with the delta counters back as the pairs they were
-    (JSON has no tuples)."""
-    metadata: dict[str, Any] = json.loads(text)
+def metadata_counters_as_pairs(
+    metadata: dict[str, Any], where: Mapping[str, str | None] | None = None
+) -> dict[str, Any]:
+    """Metadata decoded from JSON, with the delta counters back as the pairs they were (JSON
+    has no tuples). Counters of another shape were not written by a saver: CorruptValueError
+    naming `where`."""
     counters = metadata.get("counters_since_delta_snapshot")
-    if isinstance(counters, dict):
-        metadata["counters_since_delta_snapshot"] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in counters.items()
-        }
+    if counters is None:
+        return metadata
+    where = where or {}
+    if type(counters) is not dict:
+        raise CorruptValueError("metadata counters_since_delta_snapshot is not an object", **where)
+    pairs: dict[str, tuple[Any, Any]] = {}
+    for k, v in counters.items():
+        if type(v) is not list or len(v) != 2:
+            raise CorruptValueError(
+                f"metadata counters_since_delta_snapshot[{k!r}] is not a pair", **where
+            )
+        pairs[k] = (v[0], v[1])
+    metadata["counters_since_delta_snapshot"] = pairs
     return metadata
 
 

@@ -8,6 +8,7 @@ here as it would in production.
 from __future__ import annotations
 
 import builtins
+import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from checkpointer.savers.base import (
     BaseCheckpointSaver,
     _HistoryWalk,
     dumps_json,
-    loads_metadata_json,
+    metadata_counters_as_pairs,
     metadata_matches,
     new_blob_channels,
     parent_id_for_put,
@@ -203,7 +204,7 @@ class InMemorySaver(BaseCheckpointSaver):
                 stored = self._threads.get(thread_id, {}).get(ns, {}).get(checkpoint_id)
                 if stored is None:
                     continue
-                if wanted and not metadata_matches(loads_metadata_json(stored.metadata), wanted):
+                if wanted and not metadata_matches(_metadata(stored), wanted):
                     continue
                 tup = self._load(thread_id, ns, checkpoint_id, stored)
             if remaining is not None:
@@ -291,7 +292,7 @@ class InMemorySaver(BaseCheckpointSaver):
         return CheckpointTuple(
             config=make_config(thread_id, ns, checkpoint_id),
             checkpoint=checkpoint,
-            metadata=loads_metadata_json(stored.metadata),  # type: ignore[arg-type]
+            metadata=_metadata(stored),  # type: ignore[arg-type]
             parent_config=parent,
             pending_writes=pending,
         )
@@ -755,6 +756,11 @@ def _skipped(outcome: ThreadOutcome, reason: str) -> ThreadOutcome:
     return ThreadOutcome(
         outcome.thread_id, checkpoints_before=outcome.checkpoints_before, skipped=reason
     )
+
+
+def _metadata(stored: _StoredCheckpoint) -> dict[str, Any]:
+    """A checkpoint's metadata, decoded as the SQL savers decode theirs."""
+    return metadata_counters_as_pairs(json.loads(stored.metadata))
 
 
 def _run_id(metadata: Mapping[str, Any]) -> str | None:

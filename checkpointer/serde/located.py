@@ -42,7 +42,9 @@ reads to decide whether to bind):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from checkpointer.errors import (
@@ -53,7 +55,7 @@ from checkpointer.errors import (
     PlaintextRefusedError,
 )
 from checkpointer.serde.base import Serializer
-from checkpointer.serde.compression import decompress_typed, load_typed
+from checkpointer.serde.compression import decompress_typed, fast_loader_of, load_typed
 
 __all__ = [
     "LocatedSerializer",
@@ -224,6 +226,27 @@ def load_at(
         raise CorruptCiphertextError(str(exc), **where) from exc
     except DeserializationError as exc:
         raise CorruptValueError(str(exc), **where) from exc
+
+
+def value_reader(serde: Serializer) -> Callable[..., Any]:
+    """`load_at` for reading many values in one go (a page of checkpoints, a delta history).
+
+    With a serializer that does not bind locations and offers a batch loader (msgpack),
+    values decode through that; one it cannot read goes through `load_at`, which raises the
+    located error. `read(data, location, **where)`: pass `location=None` when the serializer
+    does not bind (`is_located`), to skip building one."""
+    fast = None if is_located(serde) else fast_loader_of(serde)
+    if fast is None:
+        return partial(load_at, serde)
+
+    def read(data: tuple[str, bytes], location: ValueLocation | None, **where: str | None) -> Any:
+        try:
+            return fast(data)
+        except Exception:
+            pass
+        return load_at(serde, data, location, **where)
+
+    return read
 
 
 def relocate(

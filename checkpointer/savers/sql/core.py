@@ -25,6 +25,7 @@ from checkpointer.errors import (
 )
 from checkpointer.savers.base import (
     dumps_json,
+    metadata_counters_as_pairs,
     new_blob_channels,
     parent_id_for_put,
     resolve_now,
@@ -33,8 +34,7 @@ from checkpointer.savers.base import (
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
-from checkpointer.serde.compression import fast_loader_of
-from checkpointer.serde.located import ValueLocation, dumps_at, is_located, load_at
+from checkpointer.serde.located import ValueLocation, dumps_at, is_located, value_reader
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -187,24 +187,7 @@ def _is_versions(value: Any) -> bool:
 def decode_metadata(value: Any, where: Where = _NO_WHERE) -> CheckpointMetadata:
     """The metadata column, checked for the one field the savers rely on (counters of the
     delta channels: an object of pairs); CorruptValueError otherwise."""
-    metadata = _json_object(value, "metadata", where)
-    counters = metadata.get("counters_since_delta_snapshot")
-    if counters is not None:
-        if type(counters) is not dict:
-            raise CorruptValueError(
-                "metadata counters_since_delta_snapshot is not an object "
-                f"(got {_json_type(counters)})",
-                **where,
-            )
-        pairs: dict[str, tuple[Any, Any]] = {}
-        for k, v in counters.items():
-            if type(v) is not list or len(v) != 2:
-                raise CorruptValueError(
-                    f"metadata counters_since_delta_snapshot[{k!r}] is not a pair", **where
-                )
-            pairs[k] = (v[0], v[1])  # JSON has no tuples; the record type says pairs
-        metadata["counters_since_delta_snapshot"] = pairs
-    return metadata  # type: ignore[return-value]
+    return metadata_counters_as_pairs(_json_object(value, "metadata", where), where)  # type: ignore[return-value]
 
 
 def decode_checkpoint(
@@ -672,17 +655,12 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
         entry[kind - 1].append(row)
     heads.sort(key=_newest_first, reverse=True)
     located = is_located(serde)
-    fast = None if located else fast_loader_of(serde)
+    read = value_reader(serde)
     no_parts: tuple[list[Row], list[Row]] = ([], [])
 
     def load(row: Row, location: ValueLocation | None, **where: str | None) -> Any:
         data = (row[7], row[9] if type(row[9]) is bytes else bytes(row[9]))
-        if fast is not None:
-            try:
-                return fast(data)
-            except Exception:
-                pass
-        return load_at(serde, data, location, **where)
+        return read(data, location, **where)
 
     for head in heads:
         thread_id, ns, checkpoint_id, parent_id = head[0], head[1], head[2], head[4]
@@ -889,7 +867,7 @@ def decode_delta_history(
     not the target's. A kind 2 row is an ancestor whose record is unreadable."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
     located = is_located(serde)
-    fast = None if located else fast_loader_of(serde)
+    read = value_reader(serde)
     for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref in rows:
         if kind == 2:
             raise CorruptValueError(
@@ -902,45 +880,33 @@ def decode_delta_history(
         entry = out.get(channel)
         if entry is None:
             continue
-        if fast is not None and kind == 1:
-            # A thousand small writes per history: decode them on the batch path; one that
-            # fails goes through `load_at` below for the located error.
-            try:
-                task_id = d.decode_write_key(stored_task_id, stored_idx)[0]
-                value = fast((type_, blob if type(blob) is bytes else bytes(blob)))
-            except Exception:
-                pass
-            else:
-                entry["writes"].append((task_id, channel, value))
-                continue
+        data = (type_, blob if type(blob) is bytes else bytes(blob))
         if kind == 0:
-            entry["seed"] = load_at(
-                serde,
-                (type_, bytes(blob)),
+            entry["seed"] = read(
+                data,
                 ValueLocation.blob(thread_id, checkpoint_ns, channel, ref) if located else None,
                 thread_id=thread_id,
                 checkpoint_ns=checkpoint_ns,
                 channel=channel,
                 version=ref,
             )
-        else:
-            task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
-            location = (
-                ValueLocation.write(thread_id, checkpoint_ns, ref, task_id, idx, channel)
-                if located
-                else None
-            )
-            value = load_at(
-                serde,
-                (type_, bytes(blob)),
-                location,
-                thread_id=thread_id,
-                checkpoint_ns=checkpoint_ns,
-                checkpoint_id=ref,
-                channel=channel,
-                task_id=task_id,
-            )
-            entry["writes"].append((task_id, channel, value))
+            continue
+        task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
+        location = (
+            ValueLocation.write(thread_id, checkpoint_ns, ref, task_id, idx, channel)
+            if located
+            else None
+        )
+        value = read(
+            data,
+            location,
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=ref,
+            channel=channel,
+            task_id=task_id,
+        )
+        entry["writes"].append((task_id, channel, value))
     return out
 
 
