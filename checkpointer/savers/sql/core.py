@@ -910,17 +910,21 @@ def decode_delta_history(
     return out
 
 
+def delta_history_chunks(channels: Sequence[str]) -> list[list[str]]:
+    """The channels, without repeats, in groups of at most 62: one statement each."""
+    unique = list(dict.fromkeys(channels))
+    return [
+        unique[i : i + MAX_CHANNELS_PER_QUERY]
+        for i in range(0, len(unique), MAX_CHANNELS_PER_QUERY)
+    ]
+
+
 def delta_history_stmts(
     d: Dialect, config: RunnableConfig, channels: Sequence[str]
 ) -> list[tuple[list[str], Stmt]]:
     """One statement per 62 channels (one in practice)."""
-    unique = list(dict.fromkeys(channels))
     return [
-        (chunk, delta_history_stmt(d, config, chunk))
-        for chunk in (
-            unique[i : i + MAX_CHANNELS_PER_QUERY]
-            for i in range(0, len(unique), MAX_CHANNELS_PER_QUERY)
-        )
+        (chunk, delta_history_stmt(d, config, chunk)) for chunk in delta_history_chunks(channels)
     ]
 
 

@@ -54,8 +54,8 @@ from checkpointer.savers.sql.core import (
     decode_delta_history,
     decode_tuples,
     delete_for_runs_plan,
+    delta_history_chunks,
     delta_history_stmt,
-    delta_history_stmts,
     get_tuple_stmt,
     list_page_stmt,
     page_limit_of,
@@ -208,7 +208,7 @@ class _SqlPrograms:
             return {}
         out: dict[str, DeltaChannelHistory] = {}
         where = {"thread_id": thread_id_of(config), "checkpoint_ns": checkpoint_ns_of(config)}
-        for chunk, _ in delta_history_stmts(self._dialect, config, channels):
+        for chunk in delta_history_chunks(channels):
             stmt = partial(delta_history_stmt, config=config, channels=chunk)
             rows = yield from self._p_read(stmt)
             out.update(decode_delta_history(rows, chunk, self.serde, self._dialect, **where))
