@@ -10,10 +10,11 @@ from __future__ import annotations
 import builtins
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from checkpointer.channels import BaseChannel
@@ -56,7 +57,13 @@ from checkpointer.savers.retention import (
     ttl_outcome,
 )
 from checkpointer.serde import Serializer
-from checkpointer.serde.located import ValueLocation, dumps_at, is_located, load_at, relocate
+from checkpointer.serde.located import (
+    ValueLocation,
+    dumps_at,
+    is_located,
+    relocate,
+    value_reader,
+)
 from checkpointer.types import (
     INTERRUPT,
     ChannelVersions,
@@ -145,9 +152,12 @@ class InMemorySaver(BaseCheckpointSaver):
         else:
             meta.updated_at = now
 
-    def _dump(self, value: Any, location: ValueLocation) -> Typed:
-        """`value` serialized for `location` (bound to it when the serializer binds)."""
-        return dumps_at(self.serde, value, location)
+    def _dump(self, value: Any, location: Callable[[], ValueLocation]) -> Typed:
+        """`value` serialized for `location()`, which is only built when the serializer
+        binds values to their location (most do not, and puts are a hot path)."""
+        if is_located(self.serde):
+            return dumps_at(self.serde, value, location())
+        return self.serde.dumps_typed(value)
 
     # ------------------------------------------------------------- reading
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -219,6 +229,7 @@ class InMemorySaver(BaseCheckpointSaver):
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         walk = _HistoryWalk(channels)
         located = is_located(self.serde)
+        read = value_reader(self.serde)
         with self._lock:
             namespace = self._threads.get(thread_id, {}).get(ns, {})
             target_id = checkpoint_id_of(config) or (max(namespace) if namespace else None)
@@ -240,8 +251,7 @@ class InMemorySaver(BaseCheckpointSaver):
                     blob = self._blobs.get((thread_id, ns, channel, str(version)))
                     if version is not None and blob is not None:
                         where = ValueLocation.blob(thread_id, ns, channel, str(version))
-                        values[channel] = load_at(
-                            self.serde,
+                        values[channel] = read(
                             blob,
                             where if located else None,
                             **{**where.where(), "checkpoint_id": cursor},
@@ -249,7 +259,11 @@ class InMemorySaver(BaseCheckpointSaver):
                 # Each write is read where it was stored: its own checkpoint and task.
                 walk.visit_parts(
                     [
-                        (w.task_id, w.channel, self._read_write(thread_id, ns, cursor, w, located))
+                        (
+                            w.task_id,
+                            w.channel,
+                            self._read_write(read, thread_id, ns, cursor, w, located),
+                        )
                         for w in writes
                     ],
                     values,
@@ -261,9 +275,9 @@ class InMemorySaver(BaseCheckpointSaver):
         self, thread_id: str, ns: str, checkpoint_id: str, stored: _StoredCheckpoint
     ) -> CheckpointTuple:
         located = is_located(self.serde)
+        read = value_reader(self.serde)
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
-        checkpoint: Checkpoint = load_at(
-            self.serde,
+        checkpoint: Checkpoint = read(
             stored.record,
             ValueLocation.checkpoint(thread_id, ns, checkpoint_id) if located else None,
             **where,
@@ -272,8 +286,7 @@ class InMemorySaver(BaseCheckpointSaver):
         for channel, version in stored.channel_versions.items():
             blob = self._blobs.get((thread_id, ns, channel, str(version)))
             if blob is not None:
-                values[channel] = load_at(
-                    self.serde,
+                values[channel] = read(
                     blob,
                     ValueLocation.blob(thread_id, ns, channel, str(version)) if located else None,
                     **where,
@@ -283,7 +296,7 @@ class InMemorySaver(BaseCheckpointSaver):
         checkpoint["channel_values"] = values
         writes = sorted(stored.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
         pending: list[PendingWrite] = [
-            (w.task_id, w.channel, self._read_write(thread_id, ns, checkpoint_id, w, located))
+            (w.task_id, w.channel, self._read_write(read, thread_id, ns, checkpoint_id, w, located))
             for w in writes
         ]
         parent = (
@@ -298,13 +311,18 @@ class InMemorySaver(BaseCheckpointSaver):
         )
 
     def _read_write(
-        self, thread_id: str, ns: str, checkpoint_id: str, write: _StoredWrite, located: bool
+        self,
+        read: Callable[..., Any],
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        write: _StoredWrite,
+        located: bool,
     ) -> Any:
-        where = _write_location(thread_id, ns, checkpoint_id, write)
-        return load_at(
-            self.serde,
+        """A pending write's value, read where it was stored: its checkpoint and task."""
+        return read(
             write.value,
-            where if located else None,
+            _write_location(thread_id, ns, checkpoint_id, write) if located else None,
             thread_id=thread_id,
             checkpoint_ns=ns,
             checkpoint_id=checkpoint_id,
@@ -326,12 +344,14 @@ class InMemorySaver(BaseCheckpointSaver):
         checkpoint_id = checkpoint["id"]
         blobs = {
             (thread_id, ns, channel, str(version)): self._dump(
-                value, ValueLocation.blob(thread_id, ns, channel, str(version))
+                value, partial(ValueLocation.blob, thread_id, ns, channel, str(version))
             )
             for channel, (version, value) in new_blob_channels(checkpoint, new_versions).items()
         }
         stored = _StoredCheckpoint(
-            record=self._dump(record, ValueLocation.checkpoint(thread_id, ns, checkpoint_id)),
+            record=self._dump(
+                record, partial(ValueLocation.checkpoint, thread_id, ns, checkpoint_id)
+            ),
             metadata=dumps_json(dict(metadata)),  # refuses what every saver refuses
             parent_id=parent_id,
             channel_versions=dict(checkpoint["channel_versions"]),
@@ -372,7 +392,10 @@ class InMemorySaver(BaseCheckpointSaver):
                 idx=(idx := write_idx(channel, position)),
                 channel=channel,
                 value=self._dump(
-                    value, ValueLocation.write(thread_id, ns, checkpoint_id, task_id, idx, channel)
+                    value,
+                    partial(
+                        ValueLocation.write, thread_id, ns, checkpoint_id, task_id, idx, channel
+                    ),
                 ),
                 task_path=task_path,
             )
@@ -563,7 +586,7 @@ class InMemorySaver(BaseCheckpointSaver):
             failed.extend((item.ns, item.checkpoint_id, ch) for ch in missing)
             for channel, value in values.items():
                 version = str(stored.channel_versions[channel])
-                where = ValueLocation.blob(thread_id, item.ns, channel, version)
+                where = partial(ValueLocation.blob, thread_id, item.ns, channel, version)
                 blobs[(thread_id, item.ns, channel, version)] = self._dump(value, where)
         return blobs, failed
 
