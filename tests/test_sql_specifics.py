@@ -341,3 +341,34 @@ def test_a_connection_handed_to_the_saver_gets_wal(tmp_path: Path) -> None:
     memory = sqlite3.connect(":memory:", check_same_thread=False)
     SqliteSaver(memory).setup()
     assert memory.execute("PRAGMA journal_mode").fetchone()[0] == "memory"
+
+
+async def test_summary_clock_moves_once_a_second(sql: Sql) -> None:
+    """A thread's last-write time ignores writes within a second of the recorded one (the
+    row is then updated in place) and follows any later write."""
+    from datetime import timedelta
+
+    async def updated_at() -> Any:
+        [summary] = await sql.call("list_threads", thread_ids=["clock"])
+        return summary.updated_at
+
+    def shift(seconds: int) -> None:
+        moved = (
+            f"updated_at + interval '{seconds} seconds'"
+            if sql.kind.endswith("postgres")
+            else f"strftime('%Y-%m-%d %H:%M:%f', updated_at, '{seconds:+d} seconds')"
+        )
+        sql.execute(
+            f"UPDATE checkpointer_threads SET updated_at = {moved} WHERE thread_id = 'clock'"
+        )
+
+    await build(sql, "clock", 1, delta=False)
+    first = await updated_at()
+    shift(30)  # recorded "in the future": every write now falls within a second of it
+    recorded = await updated_at()
+    await build(sql, "clock", 2, delta=False)
+    assert await updated_at() == recorded
+    shift(-60)  # half a minute old: the next write moves it
+    await build(sql, "clock", 1, delta=False)
+    now = await updated_at()
+    assert first <= now < recorded - timedelta(seconds=25)

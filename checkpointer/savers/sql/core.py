@@ -1032,10 +1032,21 @@ def put_writes_op(
 SUMMARY_COLUMNS = "thread_id, head_checkpoint_id, checkpoint_count, bytes, created_at, updated_at"
 
 
+SUMMARY_CLOCK_SECONDS = 1
+"""How stale a thread summary's `updated_at` may be: a write within this many seconds of
+the recorded one leaves it (and the expiry) alone."""
+
+
 def summary_merge(d: Dialect) -> str:
     """ON CONFLICT clause that adds a write's deltas to a thread's summary row: the head
-    moves forward only, count and bytes accumulate, the expiry follows the last write."""
+    moves forward only, count and bytes accumulate, the expiry follows the last write.
+
+    `updated_at` moves only once it is `SUMMARY_CLOCK_SECONDS` old. It and `expires_at` are
+    indexed, so changing them on every write of a busy thread re-indexes the row each time
+    (PostgreSQL cannot update it in place, "HOT", and dead index entries pile up); left
+    alone, the other columns update in place."""
     t = THREADS  # the target row, by table name (the schema prefix is not part of it)
+    moved = f"excluded.updated_at > {d.add_seconds(f'{t}.updated_at', str(SUMMARY_CLOCK_SECONDS))}"
     return (
         "ON CONFLICT (thread_id) DO UPDATE SET "
         f"head_checkpoint_id = CASE WHEN excluded.head_checkpoint_id IS NULL "
@@ -1043,9 +1054,11 @@ def summary_merge(d: Dialect) -> str:
         f"OR excluded.head_checkpoint_id > {t}.head_checkpoint_id "
         f"THEN excluded.head_checkpoint_id ELSE {t}.head_checkpoint_id END, "
         f"checkpoint_count = {t}.checkpoint_count + excluded.checkpoint_count, "
-        f"bytes = {t}.bytes + excluded.bytes, updated_at = excluded.updated_at, "
-        f"expires_at = CASE WHEN {t}.ttl_seconds IS NULL THEN NULL "
-        f"ELSE {d.add_seconds('excluded.updated_at', f'{t}.ttl_seconds')} END"
+        f"bytes = {t}.bytes + excluded.bytes, "
+        f"updated_at = CASE WHEN {moved} THEN excluded.updated_at ELSE {t}.updated_at END, "
+        f"expires_at = CASE WHEN {t}.ttl_seconds IS NULL THEN NULL WHEN {moved} "
+        f"THEN {d.add_seconds('excluded.updated_at', f'{t}.ttl_seconds')} "
+        f"ELSE {t}.expires_at END"
     )
 
 
