@@ -46,6 +46,18 @@ def _connect_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
     return {"autocommit": True, "prepare_threshold": prepare_threshold}
 
 
+def _pool_options(
+    min_size: int, max_size: int, prepare_threshold: int | None, extra: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What a saver given a URL passes to the pool it creates (sync or async)."""
+    return {
+        "min_size": min_size,
+        "max_size": max_size,
+        "kwargs": _connect_kwargs(prepare_threshold),
+        **(extra or {}),
+    }
+
+
 def _cannot_connect(conninfo: str, schema: str, exc: Exception) -> StorageUnavailableError:
     where = f"PostgreSQL schema {schema!r}"
     at = location(conninfo)
@@ -83,19 +95,15 @@ class PostgresSaver(SyncSqlSaver):
         super().__init__(serde=serde, page_size=page_size)
         self._dialect = PostgresDialect(schema)
         retry = RetryPolicy(retries, retry_backoff)
-        owns = False
+        owns = isinstance(conn, str)
         if isinstance(conn, str):
             from psycopg_pool import ConnectionPool
 
             conn = ConnectionPool(
                 _conninfo(conn),
-                min_size=min_size,
-                max_size=max_size,
-                kwargs=_connect_kwargs(prepare_threshold),
+                **_pool_options(min_size, max_size, prepare_threshold, pool_kwargs),
                 open=True,
-                **(pool_kwargs or {}),
             )
-            owns = True
         self._executor = PostgresExecutor(
             conn,
             prepare=prepare_threshold is not None,
@@ -168,19 +176,15 @@ class AsyncPostgresSaver(AsyncSqlSaver):
         super().__init__(serde=serde, page_size=page_size)
         self._dialect = PostgresDialect(schema)
         retry = RetryPolicy(retries, retry_backoff)
-        owns = False
+        owns = isinstance(conn, str)
         if isinstance(conn, str):
             from psycopg_pool import AsyncConnectionPool
 
             conn = AsyncConnectionPool(
                 _conninfo(conn),
-                min_size=min_size,
-                max_size=max_size,
-                kwargs=_connect_kwargs(prepare_threshold),
+                **_pool_options(min_size, max_size, prepare_threshold, pool_kwargs),
                 open=False,
-                **(pool_kwargs or {}),
             )
-            owns = True
         self._executor = AsyncPostgresExecutor(
             conn,
             prepare=prepare_threshold is not None,

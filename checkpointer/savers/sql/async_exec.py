@@ -7,20 +7,17 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from checkpointer.errors import CheckpointerError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.pg_faults import (
     RetryPolicy,
-    gave_up,
     is_connection_failure,
     is_pool_timeout,
     location,
-    not_repeatable,
+    next_attempt,
     pool_exhausted,
-    single_connection,
 )
 from checkpointer.savers.sql.sync_exec import (
     FILE_PRAGMAS,
@@ -268,18 +265,20 @@ class AsyncPostgresExecutor:
                     raise pool_exhausted(self.where, exc) from exc
                 raise
             assert lost is not None
-            if self._pool is None:
-                raise single_connection(self.where, lost) from lost
-            await self._purge()
-            if sent and op.restart is None:
-                raise not_repeatable(self.where, lost) from lost
-            if retries >= self.retry.retries:
-                raise gave_up(self.where, lost, self.retry.retries) from lost
+            if self._pool is not None:
+                await self._purge()
+            attempt, wait = next_attempt(
+                op,
+                attempt,
+                lost,
+                where=self.where,
+                pooled=self._pool is not None,
+                sent=sent,
+                retries=retries,
+                policy=self.retry,
+            )
             retries += 1
-            await asyncio.sleep(self.retry.delay(retries))
-            if sent:
-                assert op.restart is not None
-                attempt = replace(op, plan=op.restart())
+            await asyncio.sleep(wait)
 
     async def _purge(self) -> None:
         with contextlib.suppress(Exception):

@@ -20,10 +20,13 @@ violation, bad data) propagates unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from checkpointer.errors import StorageUnavailableError
+from checkpointer.savers.sql.core import Op
+
+T = TypeVar("T")
 
 DEFAULT_RETRIES = 2
 """Re-runs after the first attempt: enough for a pool whose idle connections all died (the
@@ -147,3 +150,30 @@ def pool_exhausted(where: str, exc: BaseException) -> StorageUnavailableError:
         "no pooled connection became available in time (the server is down or "
         "unreachable, or every connection is busy); nothing was sent",
     )
+
+
+def next_attempt(
+    op: Op[T],
+    attempt: Op[T],
+    lost: BaseException,
+    *,
+    where: str,
+    pooled: bool,
+    sent: bool,
+    retries: int,
+    policy: RetryPolicy,
+) -> tuple[Op[T], float]:
+    """After `attempt` of `op` lost its connection: the attempt to run next and the seconds
+    to wait first, or the typed error. One place for the rules both executors follow: a
+    single connection cannot reconnect; an operation that reached the server is re-run
+    only if it can be rebuilt (`op.restart`); at most `policy.retries` re-runs."""
+    if not pooled:
+        raise single_connection(where, lost) from lost
+    if sent and op.restart is None:
+        raise not_repeatable(where, lost) from lost
+    if retries >= policy.retries:
+        raise gave_up(where, lost, policy.retries) from lost
+    if sent:
+        assert op.restart is not None
+        attempt = replace(op, plan=op.restart())
+    return attempt, policy.delay(retries + 1)

@@ -362,6 +362,43 @@ class _SqlPrograms:
         return self._p_read(lambda d: list_page_stmt(d, query, after, size, remaining)), size
 
 
+class _ListPager:
+    """Where one `list()` is across its pages, for the sync and the async saver alike."""
+
+    def __init__(self, programs: _SqlPrograms, query: ListQuery) -> None:
+        self.programs, self.query = programs, query
+        self.remaining = query.limit
+        self.after: tuple[str, str, str] | None = None
+        self.size = 0
+        self.done = False
+
+    def next_page(self) -> Program[list[Row]] | None:
+        """The read of the next page, or None when the listing is complete."""
+        page = (
+            None if self.done else self.programs._list_page(self.query, self.after, self.remaining)
+        )
+        if page is None:
+            return None
+        program, self.size = page
+        return program
+
+    def tuples(self, rows: list[Row]) -> Iterator[CheckpointTuple]:
+        """The page's checkpoints, each decoded when reached (a corrupt one hides none
+        before it); then where the next page starts, or that there is none."""
+        size = page_limit_of(rows) or self.size  # a small thread comes whole in one page
+        count, last = 0, None
+        for last in decode_tuples(rows, self.programs.serde, self.programs._dialect):
+            count += 1
+            yield last
+        if count < size or last is None:
+            self.done = True
+            return
+        key = last.config["configurable"]
+        self.after = (key["checkpoint_id"], key["thread_id"], key["checkpoint_ns"])
+        if self.remaining is not None:
+            self.remaining -= count
+
+
 def _typed_damage(dialect: Dialect, exc: Exception) -> Exception:
     """A statement that failed on a damaged checkpoint record as CorruptValueError.
 
@@ -434,23 +471,10 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         return self._iter_list(query)
 
     def _iter_list(self, query: ListQuery) -> Iterator[CheckpointTuple]:
-        remaining, after = query.limit, None
-        while (page := self._list_page(query, after, remaining)) is not None:
-            program, size = page
-            rows = self._drive(program)
-            size = page_limit_of(rows) or size  # a small thread comes whole in one page
-            # No lock and no connection is held while the caller consumes the page; each
-            # checkpoint is decoded when reached, so a corrupt one hides none before it.
-            count, last = 0, None
-            for last in decode_tuples(rows, self.serde, self._dialect):
-                count += 1
-                yield last
-            if count < size or last is None:
-                return
-            key = last.config["configurable"]
-            after = (key["checkpoint_id"], key["thread_id"], key["checkpoint_ns"])
-            if remaining is not None:
-                remaining -= count
+        pager = _ListPager(self, query)
+        while (program := pager.next_page()) is not None:
+            # No lock and no connection is held while the caller consumes the page.
+            yield from pager.tuples(self._drive(program))
 
     def put(
         self,
@@ -631,22 +655,10 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        query = ListQuery.from_args(config, filter, before, limit)
-        remaining, after = query.limit, None
-        while (page := self._list_page(query, after, remaining)) is not None:
-            program, size = page
-            rows = await self._adrive(program)
-            size = page_limit_of(rows) or size  # a small thread comes whole in one page
-            count, last = 0, None
-            for last in decode_tuples(rows, self.serde, self._dialect):
-                count += 1
-                yield last
-            if count < size or last is None:
-                return
-            key = last.config["configurable"]
-            after = (key["checkpoint_id"], key["thread_id"], key["checkpoint_ns"])
-            if remaining is not None:
-                remaining -= count
+        pager = _ListPager(self, ListQuery.from_args(config, filter, before, limit))
+        while (program := pager.next_page()) is not None:
+            for tup in pager.tuples(await self._adrive(program)):
+                yield tup
 
     async def aput(
         self,

@@ -13,20 +13,17 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from checkpointer.errors import CheckpointerError, StorageBusyError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.pg_faults import (
     RetryPolicy,
-    gave_up,
     is_connection_failure,
     is_pool_timeout,
     location,
-    not_repeatable,
+    next_attempt,
     pool_exhausted,
-    single_connection,
 )
 
 T = TypeVar("T")
@@ -360,18 +357,20 @@ class PostgresExecutor:
                     raise pool_exhausted(self.where, exc) from exc
                 raise
             assert lost is not None
-            if self._pool is None:
-                raise single_connection(self.where, lost) from lost
-            self._purge()
-            if sent and op.restart is None:
-                raise not_repeatable(self.where, lost) from lost
-            if retries >= self.retry.retries:
-                raise gave_up(self.where, lost, self.retry.retries) from lost
+            if self._pool is not None:
+                self._purge()
+            attempt, wait = next_attempt(
+                op,
+                attempt,
+                lost,
+                where=self.where,
+                pooled=self._pool is not None,
+                sent=sent,
+                retries=retries,
+                policy=self.retry,
+            )
             retries += 1
-            time.sleep(self.retry.delay(retries))
-            if sent:
-                assert op.restart is not None
-                attempt = replace(op, plan=op.restart())
+            time.sleep(wait)
 
     def _purge(self) -> None:
         """Drop the pool's other dead idle connections (a server restart kills them all),
