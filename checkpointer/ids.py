@@ -90,6 +90,16 @@ def channel_version_counter(version: str | int | float | None) -> int:
         raise ValueError(f"unrecognised channel version {version!r}") from exc
 
 
+VERSION_COUNTER_DIGITS = 12
+"""Zero padding of a version's counter, so versions compare as strings. Older checkpoints
+(and LangGraph's own savers) pad to 32 digits; such a version sorts below every 12-digit
+version with a higher counter, so a thread written by either continues correctly."""
+
+
 def next_channel_version(current: str | int | float | None) -> str:
-    """The version after `current`: higher counter, random tail unique across forks."""
-    return f"{channel_version_counter(current) + 1:032d}.{secrets.token_hex(8)}"
+    """The version after `current`: higher counter, random tail unique across forks.
+
+    Versions are stored in every checkpoint record (once per channel, and again per node in
+    `versions_seen`), so they are kept short: 12 digits and 64 random bits."""
+    counter = channel_version_counter(current) + 1
+    return f"{counter:0{VERSION_COUNTER_DIGITS}d}.{secrets.token_hex(8)}"

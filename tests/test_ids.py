@@ -84,3 +84,17 @@ def test_channel_versions_increase_and_stay_unique_across_forks() -> None:
     assert channel_version_counter(v2) == channel_version_counter(fork) == 2
     assert channel_version_counter(7) == 7
     assert next_channel_version(7) > next_channel_version(6)
+
+
+@given(st.integers(0, 10**12 - 2), st.integers(1, 10**6))
+def test_versions_order_across_paddings(counter: int, gap: int) -> None:
+    """A thread written with 32-digit versions (older checkpoints, LangGraph's savers) goes
+    on with 12-digit ones: every later version must still compare greater as a string."""
+    later = min(counter + gap, 10**12 - 1)
+    old_style = f"{counter:032d}.{'f' * 16}"
+    following = next_channel_version(old_style)
+    assert following > old_style
+    assert channel_version_counter(following) == counter + 1
+    if later > counter + 1:
+        assert next_channel_version(later - 1) > next_channel_version(counter)
+    assert len(next_channel_version(counter)) == 12 + 1 + 16
