@@ -298,7 +298,8 @@ def decode(fn: Any, *args: Any) -> Any:
 
 def _checkpoint_row(cid: str, rec: Any = None, meta: Any = None) -> tuple[Any, ...]:
     record = rec if rec is not None else json.dumps({"v": 4, "ts": "", "channel_versions": {}})
-    return ("t", "", cid, 0, None, None, None, None, None, None, record, meta or '{"step": 1}')
+    # (k, kind, thread, ns, checkpoint id, parent, page limit, data, record, metadata)
+    return (1, 0, "t", "", cid, None, 1, None, record, meta or '{"step": 1}')
 
 
 value_pairs = st.one_of(mutated(), st.tuples(tags, st.binary(max_size=64)))
@@ -310,9 +311,9 @@ def test_decode_tuples_with_corrupt_values_raises_only_typed(rows: list[Any]) ->
     built: list[tuple[Any, ...]] = [_checkpoint_row("c1")]
     for kind, channel, (tag, blob) in rows:
         if kind == 1:
-            built.append(("t", "", "c1", 1, channel, None, None, tag, None, blob, None, None))
+            built.append((1, 1, channel, "v1", None, tag, None, blob, None, None))
         else:
-            built.append(("t", "", "c1", 2, "", "task", channel, tag, 0, blob, None, None))
+            built.append((1, 2, "", "task", channel, tag, 0, blob, None, None))
     before = set(sys.modules)
     with contextlib.suppress(DeserializationError):
         decode(decode_tuples, built, STRICT)

@@ -672,13 +672,18 @@ async def test_delta_history_matches_in_memory(
     oracle = Harness(InMemorySaver(), "memory")
     chains = [Chain(harness, t, ns), Chain(oracle, t, ns)]
     n = len(steps)
+    used: set[str] = set()
     for i, step in enumerate(steps):
         if id_order == "increasing":
             cid = new_checkpoint_id()
         elif id_order == "decreasing":
             cid = f"{n - i:08d}-0000-4000-8000-000000000000"
         else:
+            # Random order, each id new: a repeat would be a re-put (or its own parent).
             cid = str(uuid.UUID(int=rnd.getrandbits(128)))
+            while cid in used:
+                cid = str(uuid.UUID(int=(uuid.UUID(cid).int + 1) % 2**128))
+        used.add(cid)
         writes = [(f"task{j}", path, batch) for j, (path, batch) in enumerate(step["tasks"])]
         for chain in chains:
             parent = None

@@ -34,6 +34,7 @@ from checkpointer.savers.base import (
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
+from checkpointer.serde.compression import fast_loader_of
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located, value_reader
 from checkpointer.types import (
     ChannelVersions,
@@ -462,18 +463,19 @@ _TUPLE_COLUMNS = (
 def _tuples_sql(d: Dialect, page_sql: str) -> str:
     """Checkpoints selected by `page_sql` (which also selects `page_limit`), their blobs
     and their pending writes, in one statement: a UNION ALL of three row kinds, see
-    `decode_tuples`. Unordered: sorting would push every value through a temporary B-tree
-    (a whole chat history per checkpoint); `decode_tuples` groups the rows instead."""
+    `decode_tuples`. Each checkpoint gets a number, `k`, in page order; its blob and write
+    rows carry only that, not its three key strings. Unordered: sorting would push every
+    value through a temporary B-tree (a whole chat history per checkpoint);
+    `decode_tuples` groups the rows instead."""
     return (
-        f"WITH t AS MATERIALIZED ({page_sql}) "
-        "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 0 AS kind, "
-        f"t.parent_checkpoint_id AS a, {d.null('text')} AS b, {d.null('text')} AS c, "
-        f"{d.null('text')} AS d, {d.typed('t.page_limit', 'bigint')} AS n, "
+        "WITH t AS MATERIALIZED (SELECT q.*, row_number() OVER (ORDER BY q.checkpoint_id DESC, "
+        f"q.thread_id DESC, q.checkpoint_ns DESC) AS k FROM ({page_sql}) q) "
+        "SELECT t.k, 0 AS kind, t.thread_id AS a, t.checkpoint_ns AS b, t.checkpoint_id AS c, "
+        f"t.parent_checkpoint_id AS d, {d.typed('t.page_limit', 'bigint')} AS n, "
         f"{d.null('bytes')} AS data, t.checkpoint AS rec, t.metadata AS meta FROM t "
         "UNION ALL "
-        "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 1, bl.channel, "
-        f"{d.versions_value('v')}, NULL, bl.type, NULL, bl.blob, NULL, NULL "
-        f"FROM t {d.versions_join('t.checkpoint', 'v')} "
+        f"SELECT t.k, 1, bl.channel, {d.versions_value('v')}, NULL, bl.type, NULL, bl.blob, "
+        f"NULL, NULL FROM t {d.versions_join('t.checkpoint', 'v')} "
         + d.lookup(
             d.blobs,
             "bl",
@@ -483,9 +485,8 @@ def _tuples_sql(d: Dialect, page_sql: str) -> str:
         )
         + " "
         "UNION ALL "
-        "SELECT t.thread_id, t.checkpoint_ns, t.checkpoint_id, 2, w.task_path, "
-        f"{d.task_id_text('w.task_id')}, w.channel, w.type, w.idx, w.blob, NULL, NULL "
-        "FROM t "
+        f"SELECT t.k, 2, w.task_path, {d.task_id_text('w.task_id')}, w.channel, w.type, "
+        "w.idx, w.blob, NULL, NULL FROM t "
         + d.lookup(
             d.writes,
             "w",
@@ -626,8 +627,8 @@ def list_page_stmt(
 def page_limit_of(rows: Sequence[Row]) -> int | None:
     """The checkpoint limit a page of `list_page_stmt` used (None: the page is empty)."""
     for row in rows:
-        if row[3] == 0:
-            return int(row[8])
+        if row[1] == 0:
+            return int(row[6])
     return None
 
 
@@ -636,61 +637,82 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
     cannot be read raises only when it is reached, so `list()` still yields every newer one
     first.
 
-    Row: (thread, ns, checkpoint_id, kind, a, b, c, d, n, data, rec, meta) where kind 0 is
-    the checkpoint (a=parent id, n=page limit), 1 a blob (a=channel, b=version, d=type), 2 a
-    pending write (a=task_path, b=task_id, c=channel, d=type, n=idx). The rows come in any
-    order: they are grouped per checkpoint here, writes in the order they were applied.
+    Row: (k, kind, a, b, c, d, n, data, rec, meta): `k` numbers the checkpoint in the page;
+    kind 0 is the checkpoint (a, b, c = thread, ns, id; d = parent id; n = page limit), 1 a
+    blob (a = channel, b = version, d = type), 2 a pending write (a = task_path, b = task_id,
+    c = channel, d = type, n = idx). The rows come in any order: they are grouped per
+    checkpoint here, writes in the order they were applied.
     """
     heads: list[Row] = []
-    parts: dict[tuple[str, str, str], tuple[list[Row], list[Row]]] = {}
+    blobs_of: dict[int, list[Row]] = {}
+    writes_of: dict[int, list[Row]] = {}
     for row in rows:
-        kind = row[3]
+        kind = row[1]
         if kind == 0:
             heads.append(row)
             continue
-        key = (row[0], row[1], row[2])
-        entry = parts.get(key)
-        if entry is None:
-            entry = parts[key] = ([], [])
-        entry[kind - 1].append(row)
-    heads.sort(key=_newest_first, reverse=True)
+        groups = blobs_of if kind == 1 else writes_of
+        group = groups.get(row[0])
+        if group is None:
+            groups[row[0]] = [row]
+        else:
+            group.append(row)
+    heads.sort(key=_page_order)
     located = is_located(serde)
+    # Values decode through the batch loader when there is one; a value it cannot read
+    # goes through `read`, which names where the value is.
+    fast = None if located else fast_loader_of(serde)
     read = value_reader(serde)
-    no_parts: tuple[list[Row], list[Row]] = ([], [])
-
-    def load(row: Row, location: ValueLocation | None, **where: str | None) -> Any:
-        data = (row[7], row[9] if type(row[9]) is bytes else bytes(row[9]))
-        return read(data, location, **where)
+    none: list[Row] = []
 
     for head in heads:
-        thread_id, ns, checkpoint_id, parent_id = head[0], head[1], head[2], head[4]
+        thread_id, ns, checkpoint_id, parent_id = head[2], head[3], head[4], head[5]
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
-        blob_rows, write_rows = parts.get((thread_id, ns, checkpoint_id), no_parts)
+        blob_rows = blobs_of.get(head[0], none)
+        write_rows = writes_of.get(head[0], none)
         values: dict[str, Any] = {}
-        for row in sorted(blob_rows, key=_by_channel):
-            channel, version = row[4], row[5]
-            values[channel] = load(
-                row,
+        if len(blob_rows) > 1:
+            blob_rows.sort(key=_by_channel)
+        for row in blob_rows:
+            channel, version = row[2], row[3]
+            data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
+            if fast is not None:
+                try:
+                    values[channel] = fast(data)
+                    continue
+                except Exception:
+                    pass
+            values[channel] = read(
+                data,
                 ValueLocation.blob(thread_id, ns, channel, version) if located else None,
                 **where,
                 channel=channel,
                 version=version,
             )
         writes: list[PendingWrite] = []
-        for row in sorted(write_rows, key=_applied_order):
-            task_id, idx = d.decode_write_key(row[5], row[8])
-            channel = row[6]
+        if len(write_rows) > 1:
+            write_rows.sort(key=_applied_order)
+        for row in write_rows:
+            task_id, idx = d.decode_write_key(row[3], row[6])
+            channel = row[4]
+            data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
+            if fast is not None:
+                try:
+                    writes.append((task_id, channel, fast(data)))
+                    continue
+                except Exception:
+                    pass
             location = (
                 ValueLocation.write(thread_id, ns, checkpoint_id, task_id, idx, channel)
                 if located
                 else None
             )
-            value = load(row, location, **where, channel=channel, task_id=task_id)
+            value = read(data, location, **where, channel=channel, task_id=task_id)
             writes.append((task_id, channel, value))
         yield CheckpointTuple(
             config=make_config(thread_id, ns, checkpoint_id),
-            checkpoint=decode_checkpoint(head[10], checkpoint_id, values, where),
-            metadata=decode_metadata(head[11], where),
+            checkpoint=decode_checkpoint(head[8], checkpoint_id, values, where),
+            metadata=decode_metadata(head[9], where),
             parent_config=(
                 make_config(thread_id, ns, parent_id) if parent_id is not None else None
             ),
@@ -698,17 +720,17 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
         )
 
 
-def _newest_first(row: Row) -> tuple[str, str, str]:
-    return (row[2], row[0], row[1])
+def _page_order(row: Row) -> int:
+    return int(row[0])
 
 
 def _by_channel(row: Row) -> str:
-    return str(row[4])
+    return str(row[2])
 
 
 def _applied_order(row: Row) -> tuple[str, str, int]:
     """(task_path, stored task id, stored idx): the order the runtime applied them in."""
-    return (row[4], row[5], row[8])
+    return (row[2], row[3], row[6])
 
 
 # --------------------------------------------------------------------------- delta history
