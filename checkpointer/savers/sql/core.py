@@ -889,6 +889,7 @@ def decode_delta_history(
     not the target's. A kind 2 row is an ancestor whose record is unreadable."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
     located = is_located(serde)
+    fast = None if located else fast_loader_of(serde)  # as in `decode_tuples`
     read = value_reader(serde)
     for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref in rows:
         if kind == 2:
@@ -914,6 +915,12 @@ def decode_delta_history(
             )
             continue
         task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
+        if fast is not None:
+            try:
+                entry["writes"].append((task_id, channel, fast(data)))
+                continue
+            except Exception:
+                pass
         location = (
             ValueLocation.write(thread_id, checkpoint_ns, ref, task_id, idx, channel)
             if located
