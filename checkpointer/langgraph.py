@@ -94,24 +94,25 @@ def _extend(serde: Any, classes: Sequence[type], modules: Sequence[str]) -> Any:
 
 
 # ------------------------------------------------------------ value conversion
-def _stored_value(value: Any) -> Any:
-    """LangGraph's markers as ours, so our tools (CLI, prune) recognise them."""
-    if isinstance(value, _DeltaSnapshot):
-        return DeltaSnapshot(value.value)
-    if isinstance(value, LangGraphOverwrite):
-        return Overwrite(value.value)
-    return value
-
-
+_LANGGRAPH_MARKERS = (_DeltaSnapshot, LangGraphOverwrite)
 _OUR_MARKERS = (DeltaSnapshot, Overwrite)
 
 
+def _stored_value(value: Any) -> Any:
+    """LangGraph's markers as ours, so our tools (CLI, prune) recognise them."""
+    if not isinstance(value, _LANGGRAPH_MARKERS):  # almost every value: one check
+        return value
+    if isinstance(value, _DeltaSnapshot):
+        return DeltaSnapshot(value.value)
+    return Overwrite(value.value)
+
+
 def _langgraph_value(value: Any) -> Any:
+    if not isinstance(value, _OUR_MARKERS):
+        return value
     if isinstance(value, DeltaSnapshot):
         return _DeltaSnapshot(value.value)
-    if isinstance(value, Overwrite):
-        return LangGraphOverwrite(value.value)
-    return value
+    return LangGraphOverwrite(value.value)
 
 
 def _langgraph_writes(writes: Sequence[PendingWrite] | None) -> list[PendingWrite] | None:
@@ -127,28 +128,39 @@ def _langgraph_writes(writes: Sequence[PendingWrite] | None) -> list[PendingWrit
 def _langgraph_tuple(tup: CheckpointTuple | None) -> LangGraphTuple | None:
     if tup is None:
         return None
-    checkpoint = dict(tup.checkpoint)
-    checkpoint["channel_values"] = {
-        k: _langgraph_value(v) for k, v in tup.checkpoint["channel_values"].items()
-    }
-    fields: dict[str, Any] = {
-        "config": tup.config,
-        "checkpoint": checkpoint,
-        "metadata": tup.metadata,
-        "parent_config": tup.parent_config,
-        "pending_writes": _langgraph_writes(tup.pending_writes),
-    }
-    return LangGraphTuple(**fields)
+    checkpoint: dict[str, Any] = dict(tup.checkpoint)
+    values = checkpoint["channel_values"]
+    if any(isinstance(v, _OUR_MARKERS) for v in values.values()):
+        checkpoint["channel_values"] = {k: _langgraph_value(v) for k, v in values.items()}
+    else:
+        checkpoint["channel_values"] = dict(values)
+    return LangGraphTuple(
+        config=tup.config,  # type: ignore[arg-type]
+        checkpoint=checkpoint,  # type: ignore[arg-type]
+        metadata=tup.metadata,
+        parent_config=tup.parent_config,  # type: ignore[arg-type]
+        pending_writes=_langgraph_writes(tup.pending_writes),
+    )
 
 
 def _stored_checkpoint(checkpoint: LangGraphCheckpoint) -> Any:
     stored = dict(checkpoint)
-    stored["channel_values"] = {
-        k: _stored_value(v) for k, v in checkpoint["channel_values"].items()
-    }
+    values = checkpoint["channel_values"]
+    if any(isinstance(v, _LANGGRAPH_MARKERS) for v in values.values()):
+        stored["channel_values"] = {k: _stored_value(v) for k, v in values.items()}
+    else:
+        stored["channel_values"] = dict(values)
     stored.setdefault("updated_channels", None)
     stored.pop("pending_sends", None)
     return stored
+
+
+def _stored_writes(writes: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The writes, as a list of their own, with LangGraph's markers as ours (every step
+    writes, markers are rare: most batches need no per-write conversion)."""
+    if any(isinstance(value, _LANGGRAPH_MARKERS) for _, value in writes):
+        return [(channel, _stored_value(value)) for channel, value in writes]
+    return list(writes)
 
 
 def _langgraph_history(
@@ -231,7 +243,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        stored = [(channel, _stored_value(value)) for channel, value in writes]
+        stored = _stored_writes(writes)
         self.saver.put_writes(config, stored, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
@@ -294,7 +306,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        stored = [(channel, _stored_value(value)) for channel, value in writes]
+        stored = _stored_writes(writes)
         await self.saver.aput_writes(config, stored, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import json.encoder
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from json.encoder import encode_basestring
 from typing import Any, Literal
 
 from checkpointer.channels import BaseChannel
@@ -55,6 +58,11 @@ def _refuse_json(value: Any) -> Any:
     )
 
 
+# CPython's C encoder, which `JSONEncoder` uses when it can (None elsewhere).
+_c_make_encoder: Callable[..., Callable[[Any, int], Sequence[str]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
+
 # Built once: json.dumps with options builds a new encoder on every call.
 _METADATA_ENCODER = json.JSONEncoder(
     ensure_ascii=False,
@@ -65,6 +73,39 @@ _METADATA_ENCODER = json.JSONEncoder(
 )
 
 
+class _MetadataEncoder(threading.local):
+    """`_METADATA_ENCODER`'s C encoder, built once per thread: `JSONEncoder.encode` builds
+    one on every call, which is half the cost of encoding a checkpoint's metadata.
+
+    `markers` is where the encoder tracks the containers it is inside (circular references
+    fail as with `encode`); a failure can leave entries behind, so it is emptied then.
+    """
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.markers: dict[int, Any] = {}
+        self.encode: Callable[[Any, int], Sequence[str]] | None = None
+        if _c_make_encoder is not None:
+            self.encode = _c_make_encoder(
+                self.markers, _refuse_json, encode_basestring, None, ":", ",", True, False, False
+            )
+
+    def __call__(self, obj: Any) -> str:
+        if self.encode is None or self.busy:  # no C encoder; or called back from `default`
+            return _METADATA_ENCODER.encode(obj)
+        self.busy = True
+        try:
+            return "".join(self.encode(obj, 0))
+        except BaseException:
+            self.markers.clear()
+            raise
+        finally:
+            self.busy = False
+
+
+_encode_metadata = _MetadataEncoder()
+
+
 def dumps_json(obj: Any) -> str:
     """Metadata as compact JSON with sorted keys (equal dicts give equal text).
 
@@ -72,7 +113,7 @@ def dumps_json(obj: Any) -> str:
     NaN and infinities (not JSON) and lone surrogates (not UTF-8), with SerializationError.
     """
     try:
-        text = _METADATA_ENCODER.encode(obj)
+        text = _encode_metadata(obj)
         if not text.isascii():
             text.encode("utf-8")
     except SerializationError:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import builtins
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from checkpointer.channels import BaseChannel
@@ -35,7 +36,6 @@ from checkpointer.savers.base import (
     dumps_json,
     metadata_counters_as_pairs,
     metadata_matches,
-    new_blob_channels,
     parent_id_for_put,
     resolve_now,
     validate_metadata_filter,
@@ -57,6 +57,7 @@ from checkpointer.savers.retention import (
     ttl_outcome,
 )
 from checkpointer.serde import Serializer
+from checkpointer.serde.compression import fast_loader_of
 from checkpointer.serde.located import (
     ValueLocation,
     dumps_at,
@@ -66,6 +67,7 @@ from checkpointer.serde.located import (
 )
 from checkpointer.types import (
     INTERRUPT,
+    WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -75,6 +77,7 @@ from checkpointer.types import (
     RunnableConfig,
     checkpoint_id_of,
     checkpoint_ns_of,
+    config_address,
     is_special_batch,
     make_config,
     thread_id_of,
@@ -124,7 +127,44 @@ class _ThreadMeta:
         return None if self.ttl is None else self.updated_at + self.ttl
 
 
-Namespace = dict[str, _StoredCheckpoint]
+class Namespace(dict[str, _StoredCheckpoint]):
+    """A namespace's checkpoints by id, knowing its newest id: the head, where every read
+    without an id starts, and `max` over a long thread costs more than the read itself.
+
+    The head is kept (None: not known yet) as either absent or newer than every id here:
+    an added id newer than it replaces it, and `head()` recomputes it if it was deleted.
+    """
+
+    __slots__ = ("_head",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._head: str | None = None
+
+    def __setitem__(self, checkpoint_id: str, stored: _StoredCheckpoint) -> None:
+        super().__setitem__(checkpoint_id, stored)
+        head = self._head
+        if head is not None and checkpoint_id > head:
+            self._head = checkpoint_id
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._head = None
+
+    def setdefault(self, checkpoint_id: str, stored: _StoredCheckpoint) -> _StoredCheckpoint:
+        self._head = None
+        return super().setdefault(checkpoint_id, stored)
+
+    def __ior__(self, other: Any) -> Namespace:  # type: ignore[override,misc]
+        self._head = None
+        return super().__ior__(other)
+
+    def head(self) -> str:
+        """The newest checkpoint id (ValueError when there is none, as `max`)."""
+        head = self._head
+        if head is None or head not in self:
+            head = self._head = max(self)
+        return head
 
 
 class InMemorySaver(BaseCheckpointSaver):
@@ -145,7 +185,7 @@ class InMemorySaver(BaseCheckpointSaver):
 
     def _touch(self, thread_id: str) -> None:
         """Record a write to the thread (its summary's `updated_at`); caller holds the lock."""
-        now = resolve_now(None)
+        now = datetime.now(UTC)
         meta = self._meta.get(thread_id)
         if meta is None:
             self._meta[thread_id] = _ThreadMeta(now, now)
@@ -160,19 +200,23 @@ class InMemorySaver(BaseCheckpointSaver):
         return self.serde.dumps_typed(value)
 
     # ------------------------------------------------------------- reading
+    def _fast_loader(self) -> Callable[[Typed], Any] | None:
+        """The serializer's batch loader for one read operation; None when it binds values
+        to their location (each value is then read at its `ValueLocation`)."""
+        return None if is_located(self.serde) else fast_loader_of(self.serde)
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-        checkpoint_id = checkpoint_id_of(config)
+        thread_id, ns, checkpoint_id = config_address(config)
         with self._lock:
             namespace = self._threads.get(thread_id, {}).get(ns)
             if not namespace:
                 return None
             if checkpoint_id is None:
-                checkpoint_id = max(namespace)
+                checkpoint_id = namespace.head()
             stored = namespace.get(checkpoint_id)
             if stored is None:
                 return None
-            return self._load(thread_id, ns, checkpoint_id, stored)
+            return self._load(thread_id, ns, checkpoint_id, stored, self._fast_loader())
 
     def list(
         self,
@@ -193,30 +237,36 @@ class InMemorySaver(BaseCheckpointSaver):
                 ns_filter = checkpoint_ns_of(config)
             exact_id = checkpoint_id_of(config)
         with self._lock:
+            if thread_filter is None:
+                threads: Iterable[tuple[str, dict[str, Namespace]]] = self._threads.items()
+            else:
+                found = self._threads.get(thread_filter)
+                threads = () if found is None else ((thread_filter, found),)
             rows = [
                 (thread_id, ns, checkpoint_id)
-                for thread_id, namespaces in self._threads.items()
-                if thread_filter is None or thread_id == thread_filter
+                for thread_id, namespaces in threads
                 for ns, namespace in namespaces.items()
                 if ns_filter is None or ns == ns_filter
                 for checkpoint_id in namespace
                 if (exact_id is None or checkpoint_id == exact_id)
                 and (before_id is None or checkpoint_id < before_id)
             ]
-        rows.sort(key=lambda row: row[2], reverse=True)
+        rows.sort(key=_row_checkpoint_id, reverse=True)
         remaining = limit
+        fast = self._fast_loader()
         # The lock is taken per item, never across a yield: a caller may use the saver
         # while iterating.
         for thread_id, ns, checkpoint_id in rows:
             if remaining is not None and remaining <= 0:
                 return
             with self._lock:
-                stored = self._threads.get(thread_id, {}).get(ns, {}).get(checkpoint_id)
+                namespace = self._threads.get(thread_id, {}).get(ns)
+                stored = namespace.get(checkpoint_id) if namespace is not None else None
                 if stored is None:
                     continue
                 if wanted and not metadata_matches(_metadata(stored), wanted):
                     continue
-                tup = self._load(thread_id, ns, checkpoint_id, stored)
+                tup = self._load(thread_id, ns, checkpoint_id, stored, fast)
             if remaining is not None:
                 remaining -= 1
             yield tup
@@ -226,54 +276,110 @@ class InMemorySaver(BaseCheckpointSaver):
     ) -> Mapping[str, DeltaChannelHistory]:
         if not channels:
             return {}
-        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        thread_id, ns, target_id = config_address(config)
         walk = _HistoryWalk(channels)
-        located = is_located(self.serde)
-        read = value_reader(self.serde)
+        fast = self._fast_loader()
         with self._lock:
-            namespace = self._threads.get(thread_id, {}).get(ns, {})
-            target_id = checkpoint_id_of(config) or (max(namespace) if namespace else None)
+            namespace = self._threads.get(thread_id, {}).get(ns) or Namespace()
+            blobs = self._blobs
+            target_id = target_id or (namespace.head() if namespace else None)
             target = namespace.get(target_id) if target_id else None
             cursor = target.parent_id if target else None
             while cursor is not None and walk.remaining:
                 stored = namespace.get(cursor)
                 if stored is None:
                     break
+                remaining = walk.remaining
                 # Decode only what the walk still needs: writes to, and stored values of,
                 # the channels without a seed yet.
-                writes = sorted(
-                    (w for w in stored.writes.values() if w.channel in walk.remaining),
-                    key=lambda w: (w.task_path, w.task_id, w.idx),
-                )
-                values = {}
-                for channel in walk.remaining:
+                writes = [w for w in stored.writes.values() if w.channel in remaining]
+                if len(writes) > 1:
+                    writes.sort(key=_WRITE_ORDER)
+                found: builtins.list[tuple[str, str, Typed]] = []
+                for channel in remaining:
                     version = stored.channel_versions.get(channel)
-                    blob = self._blobs.get((thread_id, ns, channel, str(version)))
-                    if version is not None and blob is not None:
-                        where = ValueLocation.blob(thread_id, ns, channel, str(version))
-                        values[channel] = read(
-                            blob,
-                            where if located else None,
-                            **{**where.where(), "checkpoint_id": cursor},
-                        )
-                # Each write is read where it was stored: its own checkpoint and task.
-                walk.visit_parts(
-                    [
-                        (
-                            w.task_id,
-                            w.channel,
-                            self._read_write(read, thread_id, ns, cursor, w, located),
-                        )
-                        for w in writes
-                    ],
-                    values,
-                )
+                    if version is not None:
+                        blob = blobs.get((thread_id, ns, channel, str(version)))
+                        if blob is not None:
+                            found.append((channel, str(version), blob))
+                parts: builtins.list[PendingWrite] | None = None
+                if fast is not None:
+                    try:
+                        values = {channel: fast(blob) for channel, _, blob in found}
+                        parts = [(w.task_id, w.channel, fast(w.value)) for w in writes]
+                    except Exception:
+                        parts = None  # read again below, where a damaged value is named
+                if parts is None:
+                    values, parts = self._ancestor_located(thread_id, ns, cursor, found, writes)
+                walk.visit_parts(parts, values)
                 cursor = stored.parent_id
         return walk.result()
 
+    def _ancestor_located(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        found: builtins.list[tuple[str, str, Typed]],
+        writes: builtins.list[_StoredWrite],
+    ) -> tuple[dict[str, Any], builtins.list[PendingWrite]]:
+        """One ancestor's stored values and writes, each read at its location: for a
+        serializer that binds locations, or when the batch loader failed (the damaged value
+        then raises an error naming where it is)."""
+        located = is_located(self.serde)
+        read = value_reader(self.serde)
+        values = {}
+        for channel, version, blob in found:
+            where = ValueLocation.blob(thread_id, ns, channel, version)
+            values[channel] = read(
+                blob,
+                where if located else None,
+                **{**where.where(), "checkpoint_id": checkpoint_id},
+            )
+        # Each write is read where it was stored: its own checkpoint and task.
+        parts = [
+            (
+                w.task_id,
+                w.channel,
+                self._read_write(read, thread_id, ns, checkpoint_id, w, located),
+            )
+            for w in writes
+        ]
+        return values, parts
+
     def _load(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        stored: _StoredCheckpoint,
+        fast: Callable[[Typed], Any] | None,
+    ) -> CheckpointTuple:
+        """The stored checkpoint as a tuple (caller holds the lock). `fast` (from
+        `_fast_loader`) decodes every value; if one fails, the whole checkpoint is read
+        again value by value, so that the damaged one raises an error naming it."""
+        if fast is None:
+            return self._load_located(thread_id, ns, checkpoint_id, stored)
+        try:
+            checkpoint: Checkpoint = fast(stored.record)
+            blobs = self._blobs
+            values: dict[str, Any] = {}
+            for channel, version in stored.channel_versions.items():
+                blob = blobs.get((thread_id, ns, channel, str(version)))
+                if blob is not None:
+                    values[channel] = fast(blob)
+            pending: builtins.list[PendingWrite] = [
+                (w.task_id, w.channel, fast(w.value)) for w in _ordered(stored.writes)
+            ]
+        except Exception:
+            return self._load_located(thread_id, ns, checkpoint_id, stored)
+        checkpoint["channel_values"] = values
+        return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending)
+
+    def _load_located(
         self, thread_id: str, ns: str, checkpoint_id: str, stored: _StoredCheckpoint
     ) -> CheckpointTuple:
+        """`_load`, reading each value at its location (with a located error if it fails)."""
         located = is_located(self.serde)
         read = value_reader(self.serde)
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
@@ -294,20 +400,30 @@ class InMemorySaver(BaseCheckpointSaver):
                     version=str(version),
                 )
         checkpoint["channel_values"] = values
-        writes = sorted(stored.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
-        pending: list[PendingWrite] = [
+        pending: builtins.list[PendingWrite] = [
             (w.task_id, w.channel, self._read_write(read, thread_id, ns, checkpoint_id, w, located))
-            for w in writes
+            for w in _ordered(stored.writes)
         ]
+        return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending)
+
+    @staticmethod
+    def _tuple(
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        stored: _StoredCheckpoint,
+        checkpoint: Checkpoint,
+        pending: builtins.list[PendingWrite],
+    ) -> CheckpointTuple:
         parent = (
             make_config(thread_id, ns, stored.parent_id) if stored.parent_id is not None else None
         )
         return CheckpointTuple(
-            config=make_config(thread_id, ns, checkpoint_id),
-            checkpoint=checkpoint,
-            metadata=_metadata(stored),  # type: ignore[arg-type]
-            parent_config=parent,
-            pending_writes=pending,
+            make_config(thread_id, ns, checkpoint_id),
+            checkpoint,
+            _metadata(stored),  # type: ignore[arg-type]
+            parent,
+            pending,
         )
 
     def _read_write(
@@ -338,41 +454,64 @@ class InMemorySaver(BaseCheckpointSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-        parent_id = parent_id_for_put(config, checkpoint)
-        record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        thread_id, ns, parent_id = config_address(config)
         checkpoint_id = checkpoint["id"]
-        blobs = {
-            (thread_id, ns, channel, str(version)): self._dump(
-                value, partial(ValueLocation.blob, thread_id, ns, channel, str(version))
-            )
-            for channel, (version, value) in new_blob_channels(checkpoint, new_versions).items()
-        }
-        stored = _StoredCheckpoint(
-            record=self._dump(
-                record, partial(ValueLocation.checkpoint, thread_id, ns, checkpoint_id)
-            ),
-            metadata=dumps_json(dict(metadata)),  # refuses what every saver refuses
-            parent_id=parent_id,
-            channel_versions=dict(checkpoint["channel_versions"]),
-            run_id=_run_id(metadata),
-            ts=checkpoint.get("ts"),
-            delta_channels=delta_channels_of(metadata.get("counters_since_delta_snapshot")),
+        if parent_id is not None and parent_id == checkpoint_id:
+            parent_id_for_put(config, checkpoint)  # raises: not its own parent
+        values = checkpoint["channel_values"]
+        record = dict(checkpoint)
+        del record["channel_values"]
+        serde = self.serde
+        # Only channels whose version moved and that have a value here get a new blob;
+        # the others keep pointing at older ones.
+        if is_located(serde):
+            blobs = {
+                (thread_id, ns, channel, str(version)): dumps_at(
+                    serde, values[channel], ValueLocation.blob(thread_id, ns, channel, str(version))
+                )
+                for channel, version in new_versions.items()
+                if channel in values
+            }
+            dumped = dumps_at(serde, record, ValueLocation.checkpoint(thread_id, ns, checkpoint_id))
+        else:
+            dump = serde.dumps_typed
+            blobs = {
+                (thread_id, ns, channel, str(version)): dump(values[channel])
+                for channel, version in new_versions.items()
+                if channel in values
+            }
+            dumped = dump(record)
+        stored = _StoredCheckpoint(  # positional: the fields in order, pinned left False
+            dumped,
+            # refuses what every saver refuses
+            dumps_json(metadata if type(metadata) is dict else dict(metadata)),
+            parent_id,
+            dict(checkpoint["channel_versions"]),
+            _run_id(metadata),
+            {},
+            checkpoint.get("ts"),
+            False,
+            _delta_channels(metadata.get("counters_since_delta_snapshot")),
         )
         with self._lock:
             self._touch(thread_id)
             self._blobs.update(blobs)
-            namespace = self._threads.setdefault(thread_id, {}).setdefault(ns, {})
-            previous = namespace.get(checkpoint["id"])
-            early = self._orphan_writes.pop((thread_id, ns, checkpoint["id"]), {})
+            namespaces = self._threads.setdefault(thread_id, {})
+            namespace = namespaces.get(ns)
+            if namespace is None:
+                namespace = namespaces[ns] = Namespace()
+            previous = namespace.get(checkpoint_id)
+            early = self._orphan_writes.pop((thread_id, ns, checkpoint_id), None)
             if previous is not None:
-                # Re-saving a checkpoint updates it in place; it keeps its place in the tree
-                # and its pin.
+                # Re-saving a checkpoint updates it in place; it keeps its place in the tree,
+                # its pin and its writes.
                 stored.parent_id = previous.parent_id
                 stored.pinned = previous.pinned
-            stored.writes = {**early, **(previous.writes if previous else {})}
-            namespace[checkpoint["id"]] = stored
-        return make_config(thread_id, ns, checkpoint["id"])
+                stored.writes = {**(early or {}), **previous.writes}
+            elif early is not None:
+                stored.writes = early
+            namespace[checkpoint_id] = stored
+        return make_config(thread_id, ns, checkpoint_id)
 
     def put_writes(
         self,
@@ -381,29 +520,36 @@ class InMemorySaver(BaseCheckpointSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-        checkpoint_id = checkpoint_id_of(config)
+        thread_id, ns, checkpoint_id = config_address(config)
         if checkpoint_id is None:
             raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
         replace = is_special_batch([channel for channel, _ in writes])
-        rows = [
-            _StoredWrite(
-                task_id=task_id,
-                idx=(idx := write_idx(channel, position)),
-                channel=channel,
-                value=self._dump(
-                    value,
-                    partial(
-                        ValueLocation.write, thread_id, ns, checkpoint_id, task_id, idx, channel
+        serde = self.serde
+        if is_located(serde):
+            rows = [
+                _StoredWrite(
+                    task_id=task_id,
+                    idx=(idx := write_idx(channel, position)),
+                    channel=channel,
+                    value=dumps_at(
+                        serde,
+                        value,
+                        ValueLocation.write(thread_id, ns, checkpoint_id, task_id, idx, channel),
                     ),
-                ),
-                task_path=task_path,
-            )
-            for position, (channel, value) in enumerate(writes)
-        ]
+                    task_path=task_path,
+                )
+                for position, (channel, value) in enumerate(writes)
+            ]
+        else:
+            dump, idx_of = serde.dumps_typed, WRITES_IDX_MAP.get  # `write_idx`, inlined
+            rows = [
+                _StoredWrite(task_id, idx_of(channel, position), channel, dump(value), task_path)
+                for position, (channel, value) in enumerate(writes)
+            ]
         with self._lock:
             self._touch(thread_id)
-            stored = self._threads.get(thread_id, {}).get(ns, {}).get(checkpoint_id)
+            namespace = self._threads.get(thread_id, {}).get(ns)
+            stored = namespace.get(checkpoint_id) if namespace is not None else None
             if stored is not None:
                 target = stored.writes
             else:
@@ -454,7 +600,7 @@ class InMemorySaver(BaseCheckpointSaver):
             source = self._threads.get(source_id, {})
             target = self._threads.setdefault(target_id, {})
             for ns, namespace in source.items():
-                copied = target.setdefault(ns, {})
+                copied = target.setdefault(ns, Namespace())
                 for cid, stored in namespace.items():
                     copied[cid] = _StoredCheckpoint(
                         record=moved(stored.record, ValueLocation.checkpoint(source_id, ns, cid)),
@@ -669,9 +815,9 @@ class InMemorySaver(BaseCheckpointSaver):
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         checkpoint_id = checkpoint_id_of(config)
         with self._lock:
-            namespace = self._threads.get(thread_id, {}).get(ns, {})
+            namespace = self._threads.get(thread_id, {}).get(ns) or Namespace()
             if checkpoint_id is None and namespace:
-                checkpoint_id = max(namespace)
+                checkpoint_id = namespace.head()
             stored = namespace.get(checkpoint_id) if checkpoint_id else None
             if stored is None or checkpoint_id is None:
                 if not pinned:
@@ -784,6 +930,28 @@ def _skipped(outcome: ThreadOutcome, reason: str) -> ThreadOutcome:
 def _metadata(stored: _StoredCheckpoint) -> dict[str, Any]:
     """A checkpoint's metadata, decoded as the SQL savers decode theirs."""
     return metadata_counters_as_pairs(json.loads(stored.metadata))
+
+
+_WRITE_ORDER = attrgetter("task_path", "task_id", "idx")
+"""The order the runtime applies a checkpoint's pending writes in (empty paths first)."""
+
+_row_checkpoint_id = itemgetter(2)
+
+
+def _ordered(writes: Mapping[tuple[str, int], _StoredWrite]) -> list[_StoredWrite]:
+    """A checkpoint's pending writes in `_WRITE_ORDER` (most have one or none)."""
+    if len(writes) < 2:
+        return list(writes.values())
+    return sorted(writes.values(), key=_WRITE_ORDER)
+
+
+def _delta_channels(counters: Any) -> frozenset[str]:
+    """`delta_channels_of`, without its checks for the two shapes every put brings."""
+    if counters is None:
+        return frozenset()
+    if type(counters) is dict:
+        return frozenset(map(str, counters))
+    return delta_channels_of(counters)
 
 
 def _run_id(metadata: Mapping[str, Any]) -> str | None:

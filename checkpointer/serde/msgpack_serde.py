@@ -260,6 +260,10 @@ class MsgpackSerializer:
     submodules). Builtin exceptions and this library's errors are always allowed.
     """
 
+    binds_location = False
+    """Values are not bound to where they are stored (see `located.is_located`). Said
+    explicitly because savers ask on every call, and a missing attribute is slow to ask."""
+
     def __init__(
         self,
         *,
@@ -385,6 +389,18 @@ class MsgpackSerializer:
             # msgpack's C packer writes every bytearray as plain bin without asking `default`,
             # so only a top-level one can keep its type; nested ones load as bytes.
             return TAG_MSGPACK, self._pack(ExtType(EXT_BYTEARRAY, bytes(obj)))
+        # `_pack` inlined for the common case (this thread's Packer is free): a put dumps
+        # a handful of small values, where two extra calls per value show.
+        slot = self._packers
+        packer = slot.packer
+        if packer is not None and not slot.busy:
+            slot.busy = True
+            try:
+                return TAG_MSGPACK, packer.pack(obj)
+            except Exception:
+                pass  # the Packer has reset itself; `_pack` below says what went wrong
+            finally:
+                slot.busy = False
         try:
             return TAG_MSGPACK, self._pack(obj)
         except SerializationError:
@@ -449,6 +465,8 @@ class MsgpackSerializer:
         def load(data: tuple[str, bytes]) -> Any:
             tag, raw = data
             if tag != TAG_MSGPACK or type(raw) is not bytes:
+                if tag == TAG_NULL and raw == b"":  # a None value (often a channel's)
+                    return None
                 return slow(data)
             value = unpackb(
                 raw,
