@@ -46,6 +46,7 @@ from checkpointer.types import (
     RunnableConfig,
     checkpoint_id_of,
     checkpoint_ns_of,
+    config_address,
     is_special_batch,
     make_config,
     thread_id_of,
@@ -498,8 +499,7 @@ def _tuples_sql(d: Dialect, page_sql: str) -> str:
 
 
 def get_tuple_stmt(d: Dialect, config: RunnableConfig) -> Stmt:
-    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-    checkpoint_id = checkpoint_id_of(config)
+    thread_id, ns, checkpoint_id = config_address(config)
     params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
     if checkpoint_id is not None:
         params["checkpoint_id"] = checkpoint_id
@@ -745,8 +745,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
     """
     if len(channels) > MAX_CHANNELS_PER_QUERY:
         raise ValueError(f"at most {MAX_CHANNELS_PER_QUERY} channels per statement")
-    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-    checkpoint_id = checkpoint_id_of(config)
+    thread_id, ns, checkpoint_id = config_address(config)
     p = d.p
     params: dict[str, Any] = {
         "thread_id": thread_id,
@@ -1020,8 +1019,7 @@ def put_writes_op(
     """A batch of only special channels replaces stored rows; any other batch inserts what
     is absent (a re-sent batch changes nothing). Duplicate slots in one batch keep the
     first write (insert) or the last (replace), as the in-memory saver does."""
-    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-    checkpoint_id = checkpoint_id_of(config)
+    thread_id, ns, checkpoint_id = config_address(config)
     if checkpoint_id is None:
         raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
     if not writes:
