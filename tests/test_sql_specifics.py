@@ -5,12 +5,15 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import pytest_asyncio
+from hypothesis import given
+from hypothesis import strategies as st
 from psycopg_pool import ConnectionPool
 
 from checkpointer.errors import SerializationError
@@ -18,6 +21,7 @@ from checkpointer.ids import next_channel_version, task_id_for
 from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
 from checkpointer.savers.sql import core
 from checkpointer.savers.sql.postgres_dialect import encode_task_id
+from checkpointer.savers.sql.sqlite_dialect import SQLITE_TS_FORMAT, format_ts
 from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import (
@@ -372,3 +376,24 @@ async def test_summary_clock_moves_once_a_second(sql: Sql) -> None:
     await build(sql, "clock", 1, delta=False)
     now = await updated_at()
     assert first <= now < recorded - timedelta(seconds=25)
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1970, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30))]),
+    )
+)
+def test_sqlite_timestamps_read_as_sqlite_writes_them(when: datetime) -> None:
+    """The summary's times are compared in SQL with what SQLite's strftime writes: the
+    text must be the same, to the millisecond, whatever the offset given."""
+    conn = sqlite3.connect(":memory:")
+    (by_sqlite,) = conn.execute(
+        f"SELECT strftime('{SQLITE_TS_FORMAT}', ?)", (format_ts(when),)
+    ).fetchone()
+    conn.close()
+    assert format_ts(when) == by_sqlite
+    utc = when.astimezone(UTC)
+    assert format_ts(when)[:19] == utc.strftime("%Y-%m-%d %H:%M:%S")
+    assert int(format_ts(when)[20:]) == utc.microsecond // 1000
