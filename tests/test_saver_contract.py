@@ -182,6 +182,26 @@ async def test_round_trip(harness: Harness) -> None:
     assert listed == [got]
 
 
+@pytest.mark.parametrize("count", [1, 32, 33, 80])
+async def test_wide_steps_round_trip(harness: Harness, count: int) -> None:
+    """A step that changes many channels and writes many values (Postgres binds a few
+    rows one way and many another: both must store the same)."""
+    t = thread()
+    values = {f"ch{i}": [i, "x" * (i % 7), b"\x00" * (i % 3)] for i in range(count)}
+    versions = {ch: next_channel_version(None) for ch in values}
+    config = await harness.put(make_config(t), checkpoint(versions, values), {}, versions)
+    writes = [(f"w{i % 5}", {"i": i, "blob": bytes([i % 256]) * i}) for i in range(count)]
+    await harness.put_writes(config, writes, tid(0))
+    got = await harness.get_tuple(config)
+    assert got is not None
+    assert got.checkpoint["channel_values"] == values
+    assert got.pending_writes == [(tid(0), ch, value) for ch, value in writes]
+    # A re-sent batch adds nothing (insert-if-absent, by slot).
+    await harness.put_writes(config, writes, tid(0))
+    again = await harness.get_tuple(config)
+    assert again is not None and again.pending_writes == got.pending_writes
+
+
 async def test_put_returns_child_config_and_links_parent(harness: Harness) -> None:
     chain = Chain(harness, thread())
     first = await chain.step(stored={"a": 1})

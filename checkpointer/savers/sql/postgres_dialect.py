@@ -82,6 +82,40 @@ def decode_write_key(stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
     return f"-{step:07d}-{text[9:]}", idx + step * _STEP_SHIFT
 
 
+VALUES_ROWS_MAX = 32
+"""Up to this many rows go into a statement as a VALUES list of scalar parameters, which
+psycopg dumps in C; more as one array per column (`unnest`), dumped in Python but bound as
+a handful of parameters whatever the count."""
+
+_BLOB_COLUMNS = (("channel", "text"), ("version", "text"), ("type", "text"), ("blob", "bytea"))
+_WRITE_COLUMNS = (("idx", "int"), ("channel", "text"), ("type", "text"), ("blob", "bytea"))
+
+
+def rows_select(
+    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]], params: dict[str, Any]
+) -> str:
+    """A SELECT of `rows` as columns `(name, sql type)`, its values added to `params`.
+
+    A step writes a few small rows; building arrays of them cost more than running the
+    statement, so few rows go in as VALUES."""
+    names = ", ".join(name for name, _ in columns)
+    if len(rows) <= VALUES_ROWS_MAX:
+        tuples = []
+        for i, row in enumerate(rows):
+            cells = []
+            for (name, kind), value in zip(columns, row, strict=True):
+                key = f"r{i}_{name}"
+                params[key] = value
+                cells.append(f"%({key})b::bytea" if kind == "bytea" else f"%({key})s::{kind}")
+            tuples.append("(" + ", ".join(cells) + ")")
+        return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({names})"
+    arrays = []
+    for j, (name, kind) in enumerate(columns):
+        params[f"a_{name}"] = [row[j] for row in rows]
+        arrays.append(f"%(a_{name})b::bytea[]" if kind == "bytea" else f"%(a_{name})s::{kind}[]")
+    return f"SELECT * FROM unnest({', '.join(arrays)}) AS v({names})"
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
 
@@ -275,15 +309,12 @@ class PostgresDialect(Dialect):
         ]
         added = "(SELECT n FROM cp) - coalesce((SELECT n FROM prior), 0)"
         if blobs:
-            channels, versions, types, datas = (list(c) for c in zip(*blobs))
-            params.update(channels=channels, versions=versions, types=types, datas=datas)
+            rows = rows_select(_BLOB_COLUMNS, blobs, params)
             ctes.insert(
                 0,
                 f"new_blobs AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
                 "channel, version, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
-                "x.channel, x.version, x.type, x.blob FROM unnest(%(channels)s::text[], "
-                "%(versions)s::text[], %(types)s::text[], %(datas)b::bytea[]) "
-                "AS x(channel, version, type, blob) ON CONFLICT DO NOTHING "
+                f"x.channel, x.version, x.type, x.blob FROM ({rows}) x ON CONFLICT DO NOTHING "
                 f"RETURNING {self.size('blob')} AS n)",
             )
             added += " + coalesce((SELECT sum(n) FROM new_blobs), 0)"
@@ -312,19 +343,26 @@ class PostgresDialect(Dialect):
             if replace
             else "DO NOTHING"
         )
-        idxs, channels, types, datas = (list(c) for c in zip(*rows))
+        params: dict[str, Any] = {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "task_id": task_id,
+            "task_path": task_path,
+            "now": self.ts_param(now),
+        }
         # Writes and thread summary in one statement. `prior` (the rows as they were) and
         # `ins` (what was inserted or replaced) give the bytes added exactly.
         sql = (
-            f"WITH prior AS (SELECT w.idx, {self.size('w.blob')} AS n FROM {self.writes} w "
+            f"WITH x AS ({rows_select(_WRITE_COLUMNS, rows, params)}), "
+            f"prior AS (SELECT w.idx, {self.size('w.blob')} AS n FROM {self.writes} w "
             "WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s "
             "AND w.checkpoint_id = %(checkpoint_id)s AND w.task_id = %(task_id)s::uuid "
-            "AND w.idx = ANY(%(idxs)s::int[])), "
+            "AND w.idx IN (SELECT x.idx FROM x)), "
             f"ins AS (INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, "
             "task_id, task_path, idx, channel, type, blob) SELECT %(thread_id)s, "
             "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, %(task_path)s, x.idx, "
-            "x.channel, x.type, x.blob FROM unnest(%(idxs)s::int[], %(channels)s::text[], "
-            "%(types)s::text[], %(datas)b::bytea[]) AS x(idx, channel, type, blob) "
+            "x.channel, x.type, x.blob FROM x "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
             f"RETURNING idx, {self.size('blob')} AS n) "
             f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
@@ -332,18 +370,6 @@ class PostgresDialect(Dialect):
             "coalesce((SELECT sum(n) FROM ins), 0) - coalesce((SELECT sum(prior.n) FROM prior "
             "WHERE prior.idx IN (SELECT idx FROM ins)), 0), %(now)s, %(now)s " + summary_merge(self)
         )
-        params = {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-            "task_id": task_id,
-            "task_path": task_path,
-            "idxs": idxs,
-            "channels": channels,
-            "types": types,
-            "datas": datas,
-            "now": self.ts_param(now),
-        }
         return Op(_one(Stmt(sql, params)))
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
