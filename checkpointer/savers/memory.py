@@ -57,9 +57,9 @@ from checkpointer.savers.retention import (
     ttl_outcome,
 )
 from checkpointer.serde import Serializer
-from checkpointer.serde.compression import fast_loader_of
 from checkpointer.serde.located import (
     ValueLocation,
+    batch_loader,
     dumps_at,
     is_located,
     relocate,
@@ -203,7 +203,7 @@ class InMemorySaver(BaseCheckpointSaver):
     def _fast_loader(self) -> Callable[[Typed], Any] | None:
         """The serializer's batch loader for one read operation; None when it binds values
         to their location (each value is then read at its `ValueLocation`)."""
-        return None if is_located(self.serde) else fast_loader_of(self.serde)
+        return batch_loader(self.serde)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = config_address(config)

@@ -228,6 +228,15 @@ def load_at(
         raise CorruptValueError(str(exc), **where) from exc
 
 
+def batch_loader(serde: Serializer) -> Callable[[tuple[str, bytes]], Any] | None:
+    """The serializer's batch loader (`fast_loader_of`) for one read of many values; None
+    when the serializer binds values to their location, each then read at its own.
+
+    It raises on anything it cannot read without saying where: read that value again
+    with `load_at`, which raises the located error."""
+    return None if is_located(serde) else fast_loader_of(serde)
+
+
 def value_reader(serde: Serializer) -> Callable[..., Any]:
     """`load_at` for reading many values in one go (a page of checkpoints, a delta history).
 
@@ -235,7 +244,7 @@ def value_reader(serde: Serializer) -> Callable[..., Any]:
     values decode through that; one it cannot read goes through `load_at`, which raises the
     located error. `read(data, location, **where)`: pass `location=None` when the serializer
     does not bind (`is_located`), to skip building one."""
-    fast = None if is_located(serde) else fast_loader_of(serde)
+    fast = batch_loader(serde)
     if fast is None:
         return partial(load_at, serde)
 

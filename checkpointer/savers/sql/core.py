@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from checkpointer.errors import (
@@ -34,8 +35,7 @@ from checkpointer.savers.base import (
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
-from checkpointer.serde.compression import fast_loader_of
-from checkpointer.serde.located import ValueLocation, dumps_at, is_located, value_reader
+from checkpointer.serde.located import ValueLocation, batch_loader, dumps_at, is_located, load_at
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -661,8 +661,8 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
     located = is_located(serde)
     # Values decode through the batch loader when there is one; a value it cannot read
     # goes through `read`, which names where the value is.
-    fast = None if located else fast_loader_of(serde)
-    read = value_reader(serde)
+    fast = batch_loader(serde)
+    read = partial(load_at, serde)
     none: list[Row] = []
 
     for head in heads:
@@ -888,8 +888,8 @@ def decode_delta_history(
     not the target's. A kind 2 row is an ancestor whose record is unreadable."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
     located = is_located(serde)
-    fast = None if located else fast_loader_of(serde)  # as in `decode_tuples`
-    read = value_reader(serde)
+    fast = batch_loader(serde)  # as in `decode_tuples`
+    read = partial(load_at, serde)
     for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref in rows:
         if kind == 2:
             raise CorruptValueError(
