@@ -8,7 +8,7 @@ as `"type"` plus base64 `"data"`, never re-encoded, so an import reproduces ever
 bit for bit on any backend (SQLite to PostgreSQL and back), whatever classes the values
 name. Writes keep their task id, task path and slot (`idx`).
 
-    {"format": "checkpointer-export", "version": 1, "serializer": "checkpointer-msgpack", ...}
+    {"format": "checkpointer-export", "version": 2, "serializer": "checkpointer-msgpack", ...}
     {"kind": "checkpoint", "thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": "...",
      "parent_checkpoint_id": null, "run_id": "...", "checkpoint": {...}, "metadata": {...}}
     {"kind": "blob", "thread_id": "t1", "checkpoint_ns": "", "channel": "messages",
@@ -46,7 +46,10 @@ from checkpointer.savers.sql.transfer import (
 from checkpointer.types import utc_now_iso
 
 FORMAT = "checkpointer-export"
-VERSION = 1
+VERSION = 2
+"""2: checkpoint records may keep small values inline (`channel_values`, see
+`savers/sql/inline.py`), which a reader of version 1 would drop. Files of version 1 import
+as before."""
 SERIALIZER = "checkpointer-msgpack"
 PAGE_SIZE = 500
 BATCH_SIZE = 500

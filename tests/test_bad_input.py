@@ -627,9 +627,19 @@ def test_corrupt_blob_is_a_typed_error(db: DB) -> None:
     if db.kind == "memory":
         db.saver._blobs[("t", "", "n", version)] = ("msgpack", b"\xc1")
     else:
+        # The SQL savers keep a small int in the checkpoint record (see sql/inline.py).
+        assert not db.sql(
+            f"SELECT 1 FROM {db.table('blobs')} WHERE channel = 'n' AND version = %s",
+            (version,),
+        )
+        setter = (
+            "json_set(checkpoint, '$.channel_values.n', json('[1]'))"
+            if db.kind == "sqlite"
+            else "jsonb_set(checkpoint, '{channel_values,n}', '[1]')"
+        )
         db.sql(
-            f"UPDATE {db.table('blobs')} SET blob = %s WHERE channel = 'n' AND version = %s",
-            (b"\xc1", version),
+            f"UPDATE {db.table('checkpoints')} SET checkpoint = {setter} WHERE checkpoint_id = %s",
+            (head.config["configurable"]["checkpoint_id"],),
         )
     with pytest.raises(DeserializationError):
         graph.get_state(head.config)

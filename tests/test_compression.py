@@ -64,7 +64,7 @@ def test_a_database_written_compressed_reads_back_without_compression(
 
     writer = saver(CompressingSerializer(threshold=256))
     checkpoint = empty_checkpoint()
-    checkpoint["channel_values"] = {"state": LARGE, "small": 1}
+    checkpoint["channel_values"] = {"state": LARGE, "small": [1]}
     checkpoint["channel_versions"] = {"state": "1", "small": "1"}
     config = writer.put(make_config("t"), checkpoint, {"step": 0}, {"state": "1", "small": "1"})
     writer.put_writes(config, [("state", LARGE)], "00000002-0000-8000-8000-000000000000")
@@ -73,7 +73,7 @@ def test_a_database_written_compressed_reads_back_without_compression(
         reader.serde = MsgpackSerializer()  # settings changed since the data was written
     tup = reader.get_tuple(make_config("t"))
     assert tup is not None
-    assert tup.checkpoint["channel_values"] == {"state": LARGE, "small": 1}
+    assert tup.checkpoint["channel_values"] == {"state": LARGE, "small": [1]}
     assert tup.pending_writes == [("00000002-0000-8000-8000-000000000000", "state", LARGE)]
     if kind == "sqlite":
         import sqlite3

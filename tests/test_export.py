@@ -14,6 +14,9 @@ import pytest
 
 from checkpointer.export import FORMAT, VERSION, ExportFormatError, import_threads
 from checkpointer.inspect import Database, tool_serializer, with_langgraph_types
+from checkpointer.savers.sqlite import SqliteSaver
+from checkpointer.serde import MsgpackSerializer
+from checkpointer.types import empty_checkpoint, make_config
 from tests.test_cli_support import (
     Db,
     assert_one_line_error,
@@ -206,3 +209,38 @@ def test_import_reads_standard_input(source: Db, tmp_path: Path) -> None:
         assert result.exit_code == 0, result.stderr
         assert json.loads(result.stdout)["threads"] == len(THREADS)
         assert io.StringIO(text).readline().startswith('{"format"')
+
+
+def test_version_1_files_still_import(tmp_path: Path) -> None:
+    """A file of version 1 (written before records could keep values inline: every value
+    is a value row) imports, and its values read back."""
+    path = tmp_path / "v2.db"
+    saver = SqliteSaver(path, serde=_RowsOnly())
+    saver.setup()
+    cp = empty_checkpoint()
+    cp["channel_versions"] = {"n": "1.x", "items": "1.x"}
+    cp["channel_values"] = {"n": 7, "items": [1, 2]}
+    saver.put(make_config("v1"), cp, {"step": 0}, {"n": "1.x", "items": "1.x"})
+    saver.close()
+    result = run("export", "--all", "--url", f"sqlite:///{path}")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines(keepends=True)
+    header = json.loads(lines[0])
+    assert header["version"] == VERSION == 2
+    assert sum('"kind": "blob"' in line or '"kind":"blob"' in line for line in lines) == 2
+    old = tmp_path / "v1.jsonl"
+    old.write_text(json.dumps({**header, "version": 1}) + "\n" + "".join(lines[1:]))
+    target = tmp_path / "target.db"
+    with SqliteSaver.from_conn_string(target, setup=True):
+        pass
+    result = run("import", str(old), "--url", f"sqlite:///{target}")
+    assert result.exit_code == 0, result.stderr
+    with SqliteSaver.from_conn_string(target) as reader:
+        got = reader.get_tuple(make_config("v1"))
+    assert got is not None and got.checkpoint["channel_values"] == {"n": 7, "items": [1, 2]}
+
+
+class _RowsOnly(MsgpackSerializer):
+    """Stores every value as a value row, as savers did before inline values."""
+
+    stores_scalars_inline = False

@@ -363,7 +363,15 @@ json_values = st.recursive(
     max_leaves=10,
 )
 record_fields = st.sampled_from(
-    ["v", "ts", "channel_versions", "versions_seen", "updated_channels", "pending_sends"]
+    [
+        "v",
+        "ts",
+        "channel_versions",
+        "versions_seen",
+        "updated_channels",
+        "pending_sends",
+        "channel_values",
+    ]
 )
 
 
@@ -400,6 +408,8 @@ def test_decode_tuples_with_shaped_records_raises_only_typed(record: tuple[str, 
     assert cp["updated_channels"] is None or all(isinstance(c, str) for c in cp["updated_channels"])
     counters = tup.metadata.get("counters_since_delta_snapshot") or {}
     assert all(isinstance(v, tuple) and len(v) == 2 for v in counters.values())
+    # Values kept inline are scalars: anything else in the record was refused above.
+    assert all(type(v) in (type(None), bool, int, str) for v in cp["channel_values"].values())
 
 
 # -------------------------------------------------------------------- crypto

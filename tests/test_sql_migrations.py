@@ -16,6 +16,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from checkpointer.errors import SchemaVersionError
+from checkpointer.ids import next_channel_version, task_id_for
 from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
 from checkpointer.savers.sql import migration as migrate_module
 from checkpointer.savers.sql.migration import (
@@ -33,8 +34,8 @@ from checkpointer.savers.sql.schema import (
     build_metadata,
 )
 from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
-from checkpointer.serde import default_serializer
-from checkpointer.types import make_config
+from checkpointer.serde import MsgpackSerializer, default_serializer
+from checkpointer.types import empty_checkpoint, make_config
 
 
 def test_scripts_are_found_and_head_matches_code() -> None:
@@ -368,3 +369,74 @@ def test_pg_upgrade_to_0002_backfills_thread_summaries(pg_url: str, pg_schema: s
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
         _assert_old_rows_read_back(saver.get_tuple(make_config("old-thread")))
         _assert_summaries_backfilled(saver)
+
+
+class _RowsOnly(MsgpackSerializer):
+    """Writes as revision 0002 did: every value, small scalars too, as a value row."""
+
+    stores_scalars_inline = False
+
+
+def test_sqlite_upgrade_to_0003_reads_0002_rows_and_goes_on_inline(tmp_path: Path) -> None:
+    """A thread written before 0003 (scalars in value rows), upgraded, then continued:
+    old and new checkpoints read back, unchanged scalars still come from their rows, and a
+    delta channel's seed is found across both formats."""
+    path = tmp_path / "old.db"
+    with SqliteSaver.from_conn_string(path, setup=True, serde=_RowsOnly()) as old:
+        chain = _ScalarChain(old, "t")
+        chain.step(values={"n": 1, "flag": True, "seed": ["a"]}, writes=[("seed", "b")])
+        chain.step(values={"n": 2}, writes=[("seed", "c")])
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE {VERSION_TABLE} SET version_num = '0002'")
+        assert conn.execute("SELECT count(*) FROM checkpointer_blobs").fetchone()[0] == 4
+    with (
+        pytest.raises(SchemaVersionError),  # this code reads 0003 databases only
+        SqliteSaver.from_conn_string(path, setup=False) as stale,
+    ):
+        stale.get_tuple(make_config("t"))
+    migrate(f"sqlite:///{path}")
+    with SqliteSaver.from_conn_string(path, setup=False) as saver:
+        assert _version(path) == [(SCHEMA_REVISION,)]
+        chain.saver = saver
+        chain.step(values={"n": 3}, writes=[("seed", "d")])  # flag: unchanged, in a row
+        chain.step(values={"word": "new"}, writes=[])
+        states = [t.checkpoint["channel_values"] for t in saver.list(make_config("t"))][::-1]
+        assert states == [
+            {"n": 1, "flag": True, "seed": ["a"]},
+            {"n": 2, "flag": True},
+            {"n": 3, "flag": True},
+            {"n": 3, "flag": True, "word": "new"},
+        ]  # seed moved on with no value stored: its history is the writes since ["a"]
+        history = saver.get_delta_channel_history(config=chain.head, channels=["seed"])
+        assert history["seed"]["seed"] == ["a"]
+        assert [w[2] for w in history["seed"]["writes"]] == ["b", "c", "d"]
+    with sqlite3.connect(path) as conn:
+        # The two new checkpoints added no value row: n, word (and flag, carried) are inline.
+        assert conn.execute("SELECT count(*) FROM checkpointer_blobs").fetchone()[0] == 4
+
+
+def _version(path: Path) -> list[tuple[str]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall()
+
+
+class _ScalarChain:
+    """Puts checkpoints the way a runtime does, passing only the changed values."""
+
+    def __init__(self, saver: Any, thread_id: str) -> None:
+        self.saver = saver
+        self.head = make_config(thread_id)
+        self.versions: dict[str, str] = {}
+        self.step_no = 0
+
+    def step(self, *, values: dict[str, Any], writes: list[tuple[str, Any]]) -> None:
+        """`values` get new versions; so does `seed` (a delta channel: written, not stored)."""
+        new = {ch: next_channel_version(self.versions.get(ch)) for ch in {*values, "seed"}}
+        self.versions.update(new)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_versions"] = dict(self.versions)
+        checkpoint["channel_values"] = dict(values)
+        self.head = self.saver.put(self.head, checkpoint, {"step": self.step_no}, new)
+        if writes:
+            self.saver.put_writes(self.head, writes, task_id_for(self.step_no, "t"))
+        self.step_no += 1

@@ -91,13 +91,13 @@ async def sql(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[S
 
 
 async def build(sql: Sql, thread_id: str, steps: int, delta: bool = True) -> Any:
-    """Checkpoints with a plain channel `p` (stored every step) and a delta channel `d`
-    (stored once, at the root; written every step)."""
+    """Checkpoints with a plain channel `p` (a list, so a value row every step) and a delta
+    channel `d` (stored once, at the root; written every step)."""
     config = make_config(thread_id)
     versions: dict[str, str] = {}
     for step in range(steps):
         new = {"p": next_channel_version(versions.get("p"))}
-        values: dict[str, Any] = {"p": step}
+        values: dict[str, Any] = {"p": [step]}
         if step == 0 or not delta:
             new["d"] = next_channel_version(versions.get("d"))
             values["d"] = ["seed"]
@@ -397,3 +397,92 @@ def test_sqlite_timestamps_read_as_sqlite_writes_them(when: datetime) -> None:
     utc = when.astimezone(UTC)
     assert format_ts(when)[:19] == utc.strftime("%Y-%m-%d %H:%M:%S")
     assert int(format_ts(when)[20:]) == utc.microsecond // 1000
+
+
+SCALARS: dict[str, Any] = {
+    "none": None,
+    "yes": True,
+    "no": False,
+    "zero": 0,
+    "top": 2**63 - 1,
+    "bottom": -(2**63),
+    "text": "é" * 64,
+    "empty": "",
+}
+NOT_INLINE: dict[str, Any] = {
+    "over": 2**63,
+    "long": "x" * 65,
+    "nul": "a\x00b",
+    "surrogate": "\ud800",
+    "real": 1.5,
+    "tuple": (1,),
+}
+
+
+async def test_small_scalars_are_kept_in_the_record(sql: Sql) -> None:
+    """Exactly the small scalars skip the value table, and every value reads back with its
+    exact type (True is not 1, a tuple stays a tuple)."""
+    values = {**SCALARS, **NOT_INLINE}
+    versions = {ch: next_channel_version(None) for ch in values}
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(versions)
+    cp["channel_values"] = dict(values)
+    config = await sql.call("put", make_config("inline"), cp, {}, versions)
+    got = await sql.call("get_tuple", config)
+    assert got.checkpoint["channel_values"] == values
+    for ch, value in values.items():
+        assert type(got.checkpoint["channel_values"][ch]) is type(value), ch
+    [listed] = await sql.list(make_config("inline"))
+    assert listed.checkpoint["channel_values"] == values
+    rows = sql.rows("SELECT channel FROM checkpointer_blobs ORDER BY channel")
+    assert [r[0] for r in rows] == sorted(NOT_INLINE)
+
+
+async def test_unchanged_inline_values_carry_over_even_when_left_out(sql: Sql) -> None:
+    """`put` may leave unchanged channels out of `channel_values`; their inline values come
+    from the parent's record (remembered from the last put, or read back)."""
+    v = {"n": next_channel_version(None), "name": next_channel_version(None)}
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(v)
+    cp["channel_values"] = {"n": 5, "name": "a"}
+    first = await sql.call("put", make_config("carry"), cp, {}, dict(v))
+    for step, forget in enumerate((False, True)):
+        if forget:
+            sql.saver._recent_inline.clear()  # as a new process would: read the parent
+        v[f"other{step}"] = next_channel_version(None)
+        cp = empty_checkpoint()
+        cp["channel_versions"] = dict(v)
+        cp["channel_values"] = {f"other{step}": [step]}  # n and name left out: unchanged
+        first = await sql.call("put", first, cp, {}, {f"other{step}": v[f"other{step}"]})
+        got = await sql.call("get_tuple", first)
+        assert got.checkpoint["channel_values"] == {
+            "n": 5,
+            "name": "a",
+            **{f"other{i}": [i] for i in range(step + 1)},
+        }
+    # A value that changes gets its new version's value, never the carried one.
+    v["n"] = next_channel_version(v["n"])
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(v)
+    cp["channel_values"] = {"n": 6}
+    last = await sql.call("put", first, cp, {}, {"n": v["n"]})
+    got = await sql.call("get_tuple", last)
+    assert got.checkpoint["channel_values"]["n"] == 6
+    assert got.checkpoint["channel_values"]["name"] == "a"
+
+
+async def test_serializers_that_seal_values_keep_nothing_inline(sql: Sql) -> None:
+    """A size guard below the largest inline value (which would escape it) stores small
+    scalars as value rows again."""
+    from checkpointer.serde import MsgpackSerializer
+    from checkpointer.serde.guard import SizeGuard
+
+    sql.saver.serde = SizeGuard(MsgpackSerializer(), max_bytes=100)
+    versions = {"n": next_channel_version(None)}
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(versions)
+    cp["channel_values"] = {"n": 1}
+    config = await sql.call("put", make_config("guarded"), cp, {}, versions)
+    assert sql.rows("SELECT channel FROM checkpointer_blobs") == [("n",)]
+    got = await sql.call("get_tuple", config)
+    assert got.checkpoint["channel_values"] == {"n": 1}

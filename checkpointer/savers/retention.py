@@ -45,6 +45,9 @@ class NamespaceShape:
     nodes: dict[str, NodeShape] = field(default_factory=dict)
     blobs: dict[BlobRef, int] = field(default_factory=dict)
     """Stored values by (channel, version), with their size in bytes."""
+    inline: set[BlobRef] = field(default_factory=set)
+    """Values kept inline in checkpoint records (SQL savers, see `sql/inline.py`): stored
+    as much as a value row, but gone with the records that hold them."""
 
 
 @dataclass(slots=True)
@@ -169,9 +172,10 @@ class _Closure:
         blobs: Iterable[BlobRef],
         specs: Mapping[str, BaseChannel] | None,
         unmaterializable: set[tuple[str, str]],
+        inline: Iterable[BlobRef] = (),
     ) -> None:
         self.nodes = nodes
-        self.stored = set(blobs)
+        self.stored = set(blobs) | set(inline)
         self.specs = specs
         self.unmaterializable = unmaterializable
         self.materialize: dict[str, set[str]] = {}
@@ -243,7 +247,7 @@ def plan_namespace(
 ) -> tuple[set[str], set[BlobRef], dict[str, set[str]], int]:
     """(checkpoints to delete, values no longer referenced, snapshots to store, how many
     checkpoints stay only for delta history) for one namespace and a wanted keep set."""
-    closure = _Closure(ns_shape.nodes, ns_shape.blobs, specs, unmaterializable)
+    closure = _Closure(ns_shape.nodes, ns_shape.blobs, specs, unmaterializable, ns_shape.inline)
     final = closure.close(keep)
     doomed = set(ns_shape.nodes) - final
     referenced = {

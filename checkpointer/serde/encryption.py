@@ -155,6 +155,9 @@ class EncryptedSerializer:
     binds_location = True
     """Tells savers to pass `ValueLocation`s (see `checkpointer.serde.located`)."""
 
+    stores_scalars_inline = False
+    """Every value is sealed, small scalars too: none goes into a checkpoint record."""
+
     def __init__(
         self,
         inner: Serializer | None = None,
@@ -395,6 +398,7 @@ def reencrypt(
             f"reencrypt does not know how to reach the rows of {type(saver).__name__}"
             + ("; use areencrypt for async savers" if hasattr(saver, "_adrive") else "")
         )
+    drive(_records_program(saver._dialect, enc, bind_, threads, batch_size, report, dry_run))
     for table in ("blobs", "writes"):
         drive(_sql_program(saver._dialect, table, enc, bind_, threads, batch_size, report, dry_run))
     return report
@@ -422,6 +426,7 @@ async def areencrypt(
         )
     enc, bind_, threads = _prepare(saver, serializer, thread_ids, bind, batch_size)
     report = ReencryptReport(dry_run=dry_run)
+    await adrive(_records_program(saver._dialect, enc, bind_, threads, batch_size, report, dry_run))
     for table in ("blobs", "writes"):
         await adrive(
             _sql_program(saver._dialect, table, enc, bind_, threads, batch_size, report, dry_run)
@@ -594,6 +599,96 @@ def _sql_program(
         after = tuple(rows[-1][: len(pk)])
 
 
+def _records_program(
+    d: Any,
+    enc: EncryptedSerializer,
+    bind: bool,
+    threads: list[str] | None,
+    batch_size: int,
+    report: ReencryptReport,
+    dry_run: bool,
+) -> Generator[Any, Any, None]:
+    """Move the small values SQL savers keep inline in checkpoint records (plaintext, see
+    `savers/sql/inline.py`) into sealed value rows, page by page. Each record is rewritten
+    without them in the transaction that stores them, compare-and-swap on its old text."""
+    import json
+
+    from checkpointer.savers.sql.core import Op, Stmt, single
+    from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
+    from checkpointer.savers.sql.inline import stored_form
+    from checkpointer.savers.sql.inspect import json_doc
+
+    key = "(thread_id, checkpoint_ns, checkpoint_id)"
+    update = (
+        f"UPDATE {d.checkpoints} SET checkpoint = {d.json_param('new')} "
+        f"WHERE thread_id = {d.p('t')} AND checkpoint_ns = {d.p('ns')} "
+        f"AND checkpoint_id = {d.p('cid')} AND checkpoint = {d.json_param('old')}"
+    )
+    after: tuple[Any, ...] | None = None
+    while True:
+        conds = [d.record_has_inline("checkpoint")]
+        params: dict[str, Any] = {"limit": batch_size}
+        if threads is not None:
+            conds.append(d.in_list("thread_id", "threads"))
+            params["threads"] = d.list_param(threads)
+        if after is not None:
+            conds.append(f"{key} > ({d.p('a0')}, {d.p('a1')}, {d.p('a2')})")
+            params.update(a0=after[0], a1=after[1], a2=after[2])
+        rows = yield Op(
+            single(
+                Stmt(
+                    f"SELECT thread_id, checkpoint_ns, checkpoint_id, checkpoint "
+                    f"FROM {d.checkpoints} WHERE {' AND '.join(conds)} "
+                    f"ORDER BY {key[1:-1]} LIMIT {d.p('limit')}",
+                    params,
+                    fetch=True,
+                )
+            )
+        )
+        if not rows:
+            return
+        for thread_id, ns, cid, record in rows:
+            moved = _inline_of(record)
+            if not moved:
+                continue
+            sealed = []
+            for channel, version, value in moved:
+                data = stored_form(value)
+                _tally(report, enc, data)
+                location = ValueLocation.blob(thread_id, ns, channel, version)
+                sealed.append((ns, channel, version, *enc.reseal(data, location, bind=bind)))
+            report.rewritten += len(moved)
+            if dry_run:
+                continue
+            fields = json_doc(record)
+            fields.pop(INLINE_KEY, None)
+            old = record if isinstance(record, str) else json.dumps(record)
+            new = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+            changed = yield Op(
+                _move_inline_plan(
+                    Stmt,
+                    d.insert_blobs(thread_id, sealed),
+                    update,
+                    {"new": new, "old": old, "t": thread_id, "ns": ns, "cid": cid},
+                ),
+                txn=True,
+            )
+            if not changed:
+                report.skipped_changed += len(moved)
+                report.rewritten -= len(moved)
+        if len(rows) < batch_size:
+            return
+        after = tuple(rows[-1][:3])
+
+
+def _move_inline_plan(stmt: Any, insert: Any, update: str, params: dict[str, Any]) -> Any:
+    """Store the sealed values, then drop them from the record if it is unchanged; a
+    record a writer changed meanwhile keeps its values (the rows stored stay unused)."""
+    yield insert
+    rows = yield stmt(update + " RETURNING 1", params, fetch=True)
+    return len(rows)
+
+
 def _cas_plan(stmt: Any, update: str, updates: list[dict[str, Any]]) -> Any:
     """Run the compare-and-swap updates one by one, counting the rows they changed."""
     changed = 0
@@ -666,6 +761,37 @@ def iter_stored_values(saver: Any) -> Iterator[tuple[ValueLocation, tuple[str, b
     for t, ns, cid, task_id, idx, ch, tag, blob in rows:
         task, slot = d.decode_write_key(task_id, idx)
         yield ValueLocation.write(t, ns, cid, task, slot, ch), (tag, bytes(blob))
+    rows = saver._drive(
+        _one_op(
+            Op(
+                single(
+                    Stmt(
+                        f"SELECT thread_id, checkpoint_ns, checkpoint FROM {d.checkpoints} "
+                        f"WHERE {d.record_has_inline('checkpoint')}",
+                        (),
+                        fetch=True,
+                    )
+                )
+            )
+        )
+    )
+    from checkpointer.savers.sql.inline import stored_form
+
+    for t, ns, record in rows:
+        for channel, version, value in _inline_of(record):
+            yield ValueLocation.blob(t, ns, channel, version), stored_form(value)
+
+
+def _inline_of(record: Any) -> list[tuple[str, str, Any]]:
+    """(channel, version, value) of the values a checkpoint record keeps inline."""
+    from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
+    from checkpointer.savers.sql.inspect import json_doc
+
+    fields = json_doc(record)
+    inline, versions = fields.get(INLINE_KEY), fields.get("channel_versions")
+    if not isinstance(inline, dict) or not isinstance(versions, dict):
+        return []
+    return [(ch, str(versions[ch]), v) for ch, v in inline.items() if ch in versions]
 
 
 def _one_op(op: Any) -> Generator[Any, Any, Any]:

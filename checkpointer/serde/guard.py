@@ -52,6 +52,15 @@ class SizeGuard:
     def binds_location(self) -> bool:
         return is_located(self.inner)
 
+    @property
+    def stores_scalars_inline(self) -> bool:
+        """As the inner serializer, unless the limit is below the largest inline value
+        (which would then escape the check)."""
+        from checkpointer.savers.sql.inline import INLINE_STORED_MAX
+
+        inner = getattr(self.inner, "stores_scalars_inline", False) is True
+        return inner and self.max_bytes >= INLINE_STORED_MAX
+
     def __getattr__(self, name: str) -> Any:
         # register(), with_types() ... of the wrapped serializer stay usable.
         if name == "inner":

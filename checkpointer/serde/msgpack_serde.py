@@ -264,6 +264,10 @@ class MsgpackSerializer:
     """Values are not bound to where they are stored (see `located.is_located`). Said
     explicitly because savers ask on every call, and a missing attribute is slow to ask."""
 
+    stores_scalars_inline = True
+    """SQL savers may keep small scalars in checkpoint records: their msgpack form is
+    plain, so the record holds the same information (see `savers/sql/inline.py`)."""
+
     def __init__(
         self,
         *,

@@ -33,6 +33,15 @@ from checkpointer.savers.base import (
     validate_metadata_filter,
 )
 from checkpointer.savers.retention import delta_channels_of
+from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
+from checkpointer.savers.sql.inline import (
+    Inline,
+    from_sql,
+    inlinable,
+    read_inline,
+    serde_inlines,
+    stored_form,
+)
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, batch_loader, dumps_at, is_located, load_at
@@ -133,9 +142,12 @@ def each(stmts: Iterable[Stmt]) -> Plan[None]:
 
 
 # --------------------------------------------------------------------------- encoding
-def encode_record(checkpoint: Checkpoint) -> str:
-    """The checkpoint minus its values (and its id, which is a column), as JSON text."""
+def encode_record(checkpoint: Checkpoint, inline: Mapping[str, Any] | None = None) -> str:
+    """The checkpoint minus its values (and its id, which is a column), as JSON text, with
+    the small scalar values `inline` (see `inline.py`) if any."""
     record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
+    if inline:
+        record[INLINE_KEY] = inline
     try:
         return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -193,12 +205,21 @@ def decode_metadata(value: Any, where: Where = _NO_WHERE) -> CheckpointMetadata:
 
 
 def decode_checkpoint(
-    record: Any, checkpoint_id: str, values: dict[str, Any], where: Where = _NO_WHERE
+    record: Any,
+    checkpoint_id: str,
+    values: dict[str, Any],
+    where: Where = _NO_WHERE,
+    load_inline: Callable[[str, Any, Mapping[str, Any]], Any] | None = None,
 ) -> Checkpoint:
-    """The checkpoint column plus its id and values. Type checks only, one level deep (on
-    the hot path of every read): a record of the wrong shape is a CorruptValueError naming
-    the field, not a TypeError somewhere in the runtime later."""
+    """The checkpoint column plus its id and values: the value rows' `values` and the
+    record's inline ones (read through `load_inline` when given). Type checks only, one
+    level deep (on the hot path of every read): a record of the wrong shape is a
+    CorruptValueError naming the field, not a TypeError somewhere in the runtime later."""
     fields = _json_object(record, "checkpoint record", where)
+    inline = read_inline(fields, where, load_inline)
+    if inline:
+        for channel, value in inline.items():
+            values.setdefault(channel, value)
     versions = fields.setdefault("channel_versions", {})
     if not _is_versions(versions):
         raise CorruptValueError("checkpoint record channel_versions is malformed", **where)
@@ -307,6 +328,23 @@ class Dialect:
         The delta-history walk asks it at every ancestor before parsing the record's JSON:
         over a long chain the parse, not the primary-key chase, is what costs."""
         return None
+
+    def inline_has(self, record: str, channel: str) -> str:
+        """Whether `record` keeps the value of `channel` (an SQL expression) inline."""
+        raise NotImplementedError
+
+    def record_has_inline(self, record: str) -> str:
+        """Whether `record` may keep values inline (cheap; false only when it does not)."""
+        raise NotImplementedError
+
+    def inline_keys_column(self, record: str) -> str:
+        """A JSON array of the channels `record` keeps inline (NULL if none)."""
+        raise NotImplementedError
+
+    def inline_value(self, record: str, channel: str) -> tuple[str, str]:
+        """(JSON type, value as text) of `channel`'s inline value in `record`, as two SQL
+        expressions; `inline.from_sql` turns them back into the value."""
+        raise NotImplementedError
 
     json_guarded = False
     """Whether JSON reads tolerate damaged records (a `guarded()` copy)."""
@@ -664,6 +702,7 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
     fast = batch_loader(serde)
     read = partial(load_at, serde)
     none: list[Row] = []
+    takes_inline = serde_inlines(serde)
 
     for head in heads:
         thread_id, ns, checkpoint_id, parent_id = head[2], head[3], head[4], head[5]
@@ -711,13 +750,35 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
             writes.append((task_id, channel, value))
         yield CheckpointTuple(
             config=make_config(thread_id, ns, checkpoint_id),
-            checkpoint=decode_checkpoint(head[8], checkpoint_id, values, where),
+            checkpoint=decode_checkpoint(
+                head[8],
+                checkpoint_id,
+                values,
+                where,
+                None if takes_inline else inline_loader(serde, thread_id, ns, where),
+            ),
             metadata=decode_metadata(head[9], where),
             parent_config=(
                 make_config(thread_id, ns, parent_id) if parent_id is not None else None
             ),
             pending_writes=writes,
         )
+
+
+def inline_loader(
+    serde: Serializer, thread_id: str, ns: str, where: Where
+) -> Callable[[str, Any, Mapping[str, Any]], Any]:
+    """Reads a record's inline values through a serializer that does not keep values
+    inline (encryption): each as the value row it stands for, at that row's location, so a
+    serializer refusing plaintext refuses it."""
+    located = is_located(serde)
+
+    def load(channel: str, value: Any, versions: Mapping[str, Any]) -> Any:
+        version = version_text(versions.get(channel))
+        location = ValueLocation.blob(thread_id, ns, channel, version) if located else None
+        return load_at(serde, stored_form(value), location, **where, channel=channel)
+
+    return load
 
 
 def _page_order(row: Row) -> int:
@@ -783,7 +844,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             )
             maybe = d.may_hold_version(record, "sv.version")
             if maybe is None:
-                return exact
+                return f"({exact} OR {d.inline_has(record, p(f'ch{i}'))})"
             # Only the channel's few stored versions (snapshots) can end the walk: skip the
             # JSON parse at ancestors whose record mentions none of them. The record is then
             # never parsed, so a cheap probe still fails the statement on a damaged one (as
@@ -794,7 +855,9 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
                 f"AND {maybe}) AND {exact}"
             )
             probe = d.damaged_record_probe(record)
-            return prefiltered if probe is None else f"({probe} OR {prefiltered})"
+            stored = prefiltered if probe is None else f"({probe} OR {prefiltered})"
+            # A small scalar stored inline is a stored value too (see `inline.py`).
+            return f"({stored} OR {d.inline_has(record, p(f'ch{i}'))})"
 
         seeded_bits = " + ".join(
             f"(CASE WHEN (w.mask_out & {d.bigint(str(1 << i))}) <> 0 AND "
@@ -804,10 +867,23 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
         chans = " UNION ALL ".join(
             f"SELECT {d.bigint(str(1 << i))} AS bit, {p(f'ch{i}')} AS name" for i in range(n)
         )
+
+        def inline_seed(i: int) -> str:
+            kind, text = d.inline_value("pc.checkpoint", p(f"ch{i}"))
+            return (
+                f"SELECT 0, w.depth, {d.text(p(f'ch{i}'))}, NULL, NULL, NULL, NULL, NULL, "
+                f"{d.version_of('pc.checkpoint', p(f'ch{i}'))}, {kind}, {text} FROM walk w "
+                + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
+                + f" WHERE (w.mask_in & {d.bigint(str(1 << i))}) <> 0 "
+                f"AND (w.mask_out & {d.bigint(str(1 << i))}) = 0 "
+                f"AND {d.inline_has('pc.checkpoint', p(f'ch{i}'))}"
+            )
+
         seeds = " UNION ALL ".join(
             f"SELECT 0 AS kind, w.depth AS depth, {d.text(p(f'ch{i}'))} AS channel, "
             f"{d.null('text')} AS task_path, {d.null('text')} AS task_id, "
-            f"{d.null('int')} AS idx, bl.type AS type, bl.blob AS blob, bl.version AS ref "
+            f"{d.null('int')} AS idx, bl.type AS type, bl.blob AS blob, bl.version AS ref, "
+            f"{d.null('text')} AS ikind, {d.null('text')} AS itext "
             "FROM walk w "
             + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
             + " "
@@ -824,6 +900,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             f"AND (w.mask_out & {d.bigint(str(1 << i))}) = 0"
             for i in range(n)
         )
+        seeds += " UNION ALL " + " UNION ALL ".join(inline_seed(i) for i in range(n))
         sql = (
             f"WITH RECURSIVE chans AS ({chans}), "
             f"target AS ({target}), "
@@ -845,7 +922,8 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             f"{seeds} "
             "UNION ALL "
             "SELECT 1, w.depth, wr.channel, wr.task_path, "
-            f"{d.task_id_text('wr.task_id')}, wr.idx, wr.type, wr.blob, w.checkpoint_id "
+            f"{d.task_id_text('wr.task_id')}, wr.idx, wr.type, wr.blob, w.checkpoint_id, "
+            "NULL, NULL "
             "FROM walk w "
             + d.lookup(
                 d.writes,
@@ -862,7 +940,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             # Ancestors whose record cannot be read: the walk could not see their values.
             sql += (
                 "UNION ALL SELECT 2, w.depth, NULL, NULL, NULL, NULL, NULL, NULL, "
-                "w.checkpoint_id FROM walk w "
+                "w.checkpoint_id, NULL, NULL FROM walk w "
                 + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
                 + f" WHERE w.depth > 0 AND {unreadable} "
             )
@@ -882,15 +960,18 @@ def decode_delta_history(
     thread_id: str,
     checkpoint_ns: str,
 ) -> dict[str, DeltaChannelHistory]:
-    """Rows (kind, depth, channel, task_path, task_id, idx, type, blob, ref), seeds first,
-    then writes oldest first, to one history per channel. `ref` is a seed's version and the
-    checkpoint a write is pending on: each value is read at the location it was stored at,
-    not the target's. A kind 2 row is an ancestor whose record is unreadable."""
+    """Rows (kind, depth, channel, task_path, task_id, idx, type, blob, ref, ikind, itext),
+    seeds first, then writes oldest first, to one history per channel. `ref` is a seed's
+    version and the checkpoint a write is pending on: each value is read at the location
+    it was stored at, not the target's. A seed kept inline in its record comes as (ikind,
+    itext), see `inline.from_sql`. A kind 2 row is an ancestor whose record is unreadable."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
     located = is_located(serde)
     fast = batch_loader(serde)  # as in `decode_tuples`
     read = partial(load_at, serde)
-    for kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref in rows:
+    takes_inline = serde_inlines(serde)
+    for row in rows:
+        kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref = row[:9]
         if kind == 2:
             raise CorruptValueError(
                 "checkpoint record is unreadable (not a JSON object with channel_versions), "
@@ -901,6 +982,20 @@ def decode_delta_history(
             )
         entry = out.get(channel)
         if entry is None:
+            continue
+        if kind == 0 and blob is None:
+            where = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "channel": channel}
+            value = from_sql(row[9], row[10], where)
+            if not takes_inline:
+                seed_at = ValueLocation.blob(thread_id, checkpoint_ns, channel, ref)
+                value = load_at(
+                    serde,
+                    stored_form(value),
+                    seed_at if located else None,
+                    **where,
+                    version=ref,
+                )
+            entry["seed"] = value
             continue
         data = (type_, blob if type(blob) is bytes else bytes(blob))
         if kind == 0:
@@ -964,13 +1059,26 @@ def put_op(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-) -> tuple[Op[None], RunnableConfig]:
+    carried: Inline | None = None,
+) -> tuple[Op[None], RunnableConfig, Inline]:
     """Serialize only the channels in `new_versions` that have a value; the checkpoint row
-    records every version, so unchanged channels keep pointing at their older blobs."""
+    records every version, so unchanged channels keep pointing at their older values.
+
+    With a serializer that allows it, changed small scalars go into the record instead of
+    value rows, with `carried` (the parent's inline values of unchanged channels, see
+    `inline.py`); the record's inline values are returned with the op."""
     thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
     parent_id = parent_id_for_put(config, checkpoint)
     checkpoint_id = checkpoint["id"]
     changed = new_blob_channels(checkpoint, new_versions)
+    inline: Inline = {}
+    if serde_inlines(serde):
+        inline = dict(carried or {})
+        for channel, (_, value) in changed.items():
+            if inlinable(value):
+                inline[channel] = value
+        if inline:
+            changed = {ch: pair for ch, pair in changed.items() if ch not in inline}
     if is_located(serde):
         blobs = [
             (
@@ -989,7 +1097,7 @@ def put_op(
     meta_text = encode_metadata(metadata)
     d.check_metadata(meta_text)
     run_id = metadata.get("run_id")
-    record = encode_record(checkpoint)
+    record = encode_record(checkpoint, inline)
     # Repeatable: blobs insert-if-absent, the checkpoint row is upserted by its id, and the
     # summary adds only what changed against the prior row (nothing, on a repeat).
     op = repeatable(
@@ -1005,7 +1113,34 @@ def put_op(
             resolve_now(None),
         )
     )
-    return op, make_config(thread_id, ns, checkpoint_id)
+    return op, make_config(thread_id, ns, checkpoint_id), inline
+
+
+def unchanged_channels(checkpoint: Checkpoint, new_versions: ChannelVersions) -> set[str]:
+    """The channels a put keeps at their version: their values are stored already."""
+    return {ch for ch in checkpoint["channel_versions"] if ch not in new_versions}
+
+
+def record_versions_and_inline(
+    rows: Sequence[Row], where: Where
+) -> tuple[Mapping[str, Any], Inline] | None:
+    """A `record_stmt` result: the checkpoint's versions and inline values (None if there
+    is no such checkpoint)."""
+    if not rows:
+        return None
+    fields = _json_object(rows[0][0], "checkpoint record", where)
+    versions = fields.get("channel_versions")
+    return (versions if type(versions) is dict else {}), read_inline(fields, where) or {}
+
+
+def record_stmt(d: Dialect, thread_id: str, ns: str, checkpoint_id: str) -> Stmt:
+    """One checkpoint's record."""
+    return Stmt(
+        f"SELECT checkpoint FROM {d.checkpoints} WHERE thread_id = {d.p('thread_id')} "
+        f"AND checkpoint_ns = {d.p('checkpoint_ns')} AND checkpoint_id = {d.p('checkpoint_id')}",
+        {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id},
+        fetch=True,
+    )
 
 
 def put_writes_op(
@@ -1164,26 +1299,41 @@ def _skeleton_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[tuple[Namespac
     versions, and which (channel, version) blobs exist. Lifecycle decisions need no more."""
     rows = yield Stmt(
         "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
-        f"{d.versions_column('checkpoint')}, {d.counters_column('metadata')} "
+        f"{d.versions_column('checkpoint')}, {d.counters_column('metadata')}, "
+        f"{d.inline_keys_column('checkpoint')} "
         f"FROM {d.checkpoints} WHERE {d.in_list('thread_id', 'threads')}",
         {"threads": d.list_param(list(thread_ids))},
         fetch=True,
     )
     namespaces: Namespaces = {}
-    for thread_id, ns, checkpoint_id, parent_id, run_id, versions, counters in rows:
-        namespaces.setdefault((thread_id, ns), {})[checkpoint_id] = _Node(
+    stored: set[BlobKey] = set()
+    for thread_id, ns, checkpoint_id, parent_id, run_id, versions, counters, inline in rows:
+        node = _Node(
             parent_id,
             run_id,
             {k: version_text(v) for k, v in (_json_value(versions) or {}).items()},
             delta_channels_of(_json_value(counters)),
         )
+        namespaces.setdefault((thread_id, ns), {})[checkpoint_id] = node
+        # A value kept inline is stored at its version as much as a value row is.
+        stored.update(inline_keys(thread_id, ns, node.versions, inline))
     blob_rows = yield Stmt(
         f"SELECT thread_id, checkpoint_ns, channel, version FROM {d.blobs} "
         f"WHERE {d.in_list('thread_id', 'threads')}",
         {"threads": d.list_param(list(thread_ids))},
         fetch=True,
     )
-    return namespaces, {tuple(r) for r in blob_rows}
+    stored.update(tuple(r) for r in blob_rows)
+    return namespaces, stored
+
+
+def inline_keys(thread_id: str, ns: str, versions: Mapping[str, str], inline: Any) -> list[BlobKey]:
+    """The (thread, ns, channel, version) keys of the values a record keeps inline, from
+    `Dialect.inline_keys_column` (JSON of the names, or None)."""
+    names = _json_value(inline) if inline is not None else None
+    if not isinstance(names, list):
+        return []
+    return [(thread_id, ns, ch, versions[ch]) for ch in names if ch in versions]
 
 
 def history_ancestors(

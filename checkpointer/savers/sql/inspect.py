@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from checkpointer.channels.markers import DeltaSnapshot
 from checkpointer.savers.sql.core import Dialect, Plan, Row, Stmt, delta_history_stmts, single
+from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
+from checkpointer.savers.sql.inline import from_sql, stored_form
 from checkpointer.serde import default_serializer
 from checkpointer.types import INTERRUPT, RunnableConfig
 
@@ -402,14 +404,21 @@ def raw_tuple_plan(
         params,
         fetch=True,
     )
+    doc = json_doc(record)
+    blobs = {str(ch): (str(t), bytes(b)) for ch, t, b in blob_rows}
+    # Values kept in the record (see `sql/inline.py`) show as the value rows they stand for.
+    inline = doc.pop(INLINE_KEY, None) if isinstance(doc, dict) else None
+    if isinstance(inline, dict):
+        for channel, value in inline.items():
+            blobs.setdefault(str(channel), stored_form(value))
     return RawTuple(
         thread_id=thread_id,
         checkpoint_ns=ns,
         checkpoint_id=checkpoint_id,
         parent_id=None if parent_id is None else str(parent_id),
-        record=json_doc(record),
+        record=doc,
         metadata=json_doc(metadata),
-        blobs={str(ch): (str(t), bytes(b)) for ch, t, b in blob_rows},
+        blobs=blobs,
         writes=[
             RawWrite(checkpoint_id, *_key(d, tid, idx, path), str(ch), str(t), bytes(b))
             for tid, path, idx, ch, t, b in write_rows
@@ -472,26 +481,30 @@ class RawHistoryRow:
 def raw_delta_history_plan(
     d: Dialect, config: RunnableConfig, channels: Sequence[str]
 ) -> Plan[list[RawHistoryRow]]:
-    """The savers' own one-statement ancestor walk, rows left serialized."""
+    """The savers' own one-statement ancestor walk, rows left serialized (a seed kept
+    inline in its record as the value row it stands for)."""
     out: list[RawHistoryRow] = []
     for _chunk, stmt in delta_history_stmts(d, config, channels):
         rows: list[Row] = yield from single(stmt)
-        out.extend(
-            RawHistoryRow(
-                int(kind),
-                int(depth),
-                str(channel),
-                str(path or ""),
-                *(
-                    ("", -1)
-                    if task_id is None
-                    else d.decode_write_key(task_id, -1 if idx is None else idx)
-                ),
-                str(type_),
-                bytes(blob),
+        for row in rows:
+            kind, depth, channel, path, task_id, idx, type_, blob = row[:8]
+            if kind == 0 and blob is None:
+                type_, blob = stored_form(from_sql(row[9], row[10], {"channel": channel}))
+            out.append(
+                RawHistoryRow(
+                    int(kind),
+                    int(depth),
+                    str(channel),
+                    str(path or ""),
+                    *(
+                        ("", -1)
+                        if task_id is None
+                        else d.decode_write_key(task_id, -1 if idx is None else idx)
+                    ),
+                    str(type_),
+                    bytes(blob),
+                )
             )
-            for kind, depth, channel, path, task_id, idx, type_, blob, _ref in rows
-        )
     return out
 
 

@@ -41,6 +41,7 @@ from checkpointer.savers.sql.core import (
     decode_delta_history,
     delta_history_stmts,
     each,
+    inline_keys,
     record_size,
     refresh_summaries_stmts,
     version_text,
@@ -80,21 +81,26 @@ def shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
     rows = yield Stmt(
         "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
         f"{d.versions_column('checkpoint')}, {d.json_field('checkpoint', 'ts')}, pinned, "
-        f"{record_size(d, 'c')}, {d.counters_column('metadata')} "
+        f"{record_size(d, 'c')}, {d.counters_column('metadata')}, "
+        f"{d.inline_keys_column('checkpoint')} "
         f"FROM {d.checkpoints} c WHERE thread_id = {d.p('t')}",
         params,
         fetch=True,
     )
     shape = ThreadShape(thread_id)
-    for ns, cid, parent_id, versions, ts, pinned, size, counters in rows:
+    for ns, cid, parent_id, versions, ts, pinned, size, counters, inline in rows:
         namespace = shape.namespaces.setdefault(str(ns), NamespaceShape())
-        namespace.nodes[str(cid)] = NodeShape(
+        shaped = namespace.nodes[str(cid)] = NodeShape(
             parent_id=None if parent_id is None else str(parent_id),
             versions={k: version_text(v) for k, v in (_json_value(versions) or {}).items()},
             ts=parse_ts(ts),
             pinned=bool(pinned),
             size=int(size or 0),
             delta_channels=delta_channels_of(_json_value(counters)),
+        )
+        namespace.inline.update(
+            (channel, version)
+            for _, _, channel, version in inline_keys(thread_id, str(ns), shaped.versions, inline)
         )
     blob_rows = yield Stmt(
         f"SELECT checkpoint_ns, channel, version, {d.size('blob')} FROM {d.blobs} "

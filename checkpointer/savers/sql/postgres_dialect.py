@@ -183,6 +183,22 @@ class PostgresDialect(Dialect):
     def version_of(self, record: str, channel: str) -> str:
         return f"({record} -> 'channel_versions' ->> {channel})"
 
+    def inline_has(self, record: str, channel: str) -> str:
+        return f"coalesce(({record} -> 'channel_values') ? {channel}, false)"
+
+    def record_has_inline(self, record: str) -> str:
+        return f"({record} ? 'channel_values')"
+
+    def inline_keys_column(self, record: str) -> str:
+        return (
+            f"(SELECT jsonb_agg(k) FROM jsonb_object_keys(CASE WHEN jsonb_typeof("
+            f"{record} -> 'channel_values') = 'object' THEN {record} -> 'channel_values' END) k)"
+        )
+
+    def inline_value(self, record: str, channel: str) -> tuple[str, str]:
+        value = f"({record} -> 'channel_values' -> {channel})"
+        return f"jsonb_typeof({value})", f"({record} -> 'channel_values' ->> {channel})"
+
     def counters_column(self, column: str) -> str:
         return f"{column} -> 'counters_since_delta_snapshot'"
 

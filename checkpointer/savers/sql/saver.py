@@ -63,8 +63,13 @@ from checkpointer.savers.sql.core import (
     put_writes_op,
     read_op,
     read_plan,
+    record_stmt,
+    record_versions_and_inline,
     repeatable,
+    unchanged_channels,
 )
+from checkpointer.savers.sql.inline import RecentInline, serde_inlines
+from checkpointer.savers.sql.inline import carried as inline_carried
 from checkpointer.savers.sql.migration import check_revision
 from checkpointer.savers.sql.transfer import copy_thread_relocating_plan
 from checkpointer.serde import Serializer
@@ -115,6 +120,14 @@ class _SqlPrograms:
     passes_value_locations = True
     """Every value is stored and read with its `ValueLocation` (see `serde.located`)."""
 
+    @property
+    def _recent_inline(self) -> RecentInline:
+        """What the last puts kept inline (see `inline.RecentInline`), made on first use."""
+        recent: RecentInline | None = self.__dict__.get("_recent_inline_cache")
+        if recent is None:
+            recent = self.__dict__.setdefault("_recent_inline_cache", RecentInline())
+        return recent
+
     def _where(self) -> str:
         return self._dialect.describe()
 
@@ -150,10 +163,33 @@ class _SqlPrograms:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> Program[RunnableConfig]:
-        op, next_config = put_op(
-            self._dialect, self.serde, config, checkpoint, metadata, new_versions
+        carried = None
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        parent_id = checkpoint_id_of(config)
+        if serde_inlines(self.serde) and parent_id is not None:
+            unchanged = unchanged_channels(checkpoint, new_versions)
+            if unchanged:
+                key = (thread_id, ns, parent_id)
+                parent = self._recent_inline.get(key)
+                if parent is None:
+                    rows = yield from self._p_read(
+                        lambda d: record_stmt(d, thread_id, ns, parent_id)
+                    )
+                    where = {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": parent_id,
+                    }
+                    parent = record_versions_and_inline(rows, where)
+                carried = inline_carried(parent, checkpoint["channel_versions"], unchanged)
+        op, next_config, inline = put_op(
+            self._dialect, self.serde, config, checkpoint, metadata, new_versions, carried
         )
         yield op
+        if serde_inlines(self.serde):
+            self._recent_inline.remember(
+                (thread_id, ns, checkpoint["id"]), checkpoint["channel_versions"], inline
+            )
         return next_config
 
     def _p_put_writes(
@@ -168,6 +204,7 @@ class _SqlPrograms:
             yield op
 
     def _p_delete_thread(self, thread_id: str) -> Program[None]:
+        self._recent_inline.clear()  # its checkpoint ids may come back with other values
         yield self._dialect.delete_thread_plan(str(thread_id))
 
     def _p_delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:

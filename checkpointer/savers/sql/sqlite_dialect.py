@@ -107,6 +107,35 @@ class SqliteDialect(Dialect):
         # (no escaping); any other version is assumed present, so the exact test decides.
         return f"(instr({record}, {version}) > 0 OR {version} GLOB '*[^0-9A-Za-z._:+-]*')"
 
+    def inline_has(self, record: str, channel: str) -> str:
+        # Cheap tests first, as in `may_hold_version`: the record must name inline values
+        # and, after that key, the channel (verbatim when its name needs no escaping).
+        start = f"instr({record}, '\"channel_values\"')"
+        return (
+            f"({start} > 0 AND ({channel} GLOB '*[^0-9A-Za-z._:+~-]*' OR "
+            f"instr(substr({record}, {start}), json_quote({channel}) || ':') > 0) "
+            f"AND EXISTS (SELECT 1 FROM json_each({self._json(record)}, '$.channel_values') "
+            f"AS iv WHERE iv.key = {channel}))"
+        )
+
+    def record_has_inline(self, record: str) -> str:
+        return f"instr({record}, '\"channel_values\"') > 0"
+
+    def inline_keys_column(self, record: str) -> str:
+        return (
+            f"CASE WHEN instr({record}, '\"channel_values\"') > 0 THEN (SELECT json_group_array("
+            f"iv.key) FROM json_each({self._json(record)}, '$.channel_values') AS iv) END"
+        )
+
+    def inline_value(self, record: str, channel: str) -> tuple[str, str]:
+        def field(name: str) -> str:
+            return (
+                f"(SELECT iv.{name} FROM json_each({self._json(record)}, '$.channel_values') "
+                f"AS iv WHERE iv.key = {channel})"
+            )
+
+        return field("type"), f"CAST({field('value')} AS TEXT)"
+
     def counters_column(self, column: str) -> str:
         return f"json_extract({column}, '$.counters_since_delta_snapshot')"
 

@@ -1,0 +1,162 @@
+"""Small scalar channel values kept in the checkpoint record instead of value rows.
+
+A graph's state is mostly small scalars (counters, flags, short strings, `None` for a
+triggered edge) beside one or two large values. Stored as value rows, each costs a row and
+an index entry per change (more than the value) and one more row to read back for every
+checkpoint. The SQL savers keep them in the record, under `channel_values`:
+
+    {"v": 4, "ts": "...", "channel_versions": {...}, ..., "channel_values": {"turn": 3}}
+
+Rules:
+- Only `None`, `bool`, `int` within 64 bits and `str` of at most `INLINE_TEXT_MAX`
+  characters without NUL (PostgreSQL's jsonb refuses it), of exactly those types: an
+  `IntEnum` or a `str` subclass goes to a value row and keeps its class.
+- The value of a channel at a version lives in one place, decided when the version is
+  stored: a value row, or the records. A record holds the inline value of every channel at
+  its version: those it stores now, and those of unchanged channels carried from its
+  parent's record (`put` is allowed to leave unchanged channels out of `channel_values`,
+  so they are never taken from there). A reader never looks beyond one record.
+- Only with a serializer whose stored form of these values is plain
+  (`stores_scalars_inline`: the msgpack serializer and wrappers that keep its bytes). An
+  encrypting one seals every value. Records written before are read through the
+  serializer in force, each inline value as the value row it stands for
+  (`stored_form`): a serializer refusing plaintext refuses it, and `reencrypt` moves it
+  into a sealed value row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from checkpointer.errors import CorruptValueError
+from checkpointer.serde import Serializer
+from checkpointer.serde.located import is_located
+
+RECORD_KEY = "channel_values"
+INLINE_TEXT_MAX = 64
+INLINE_STORED_MAX = 4 * INLINE_TEXT_MAX + 3
+"""The most bytes the stored form of an inline value takes (64 four-byte characters and
+a msgpack header)."""
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_SCALARS = frozenset((type(None), bool, int, str))
+
+Inline = dict[str, Any]
+Versions = Mapping[str, Any]
+
+
+def serde_inlines(serde: Serializer) -> bool:
+    """Whether values written through `serde` may go into records."""
+    return getattr(serde, "stores_scalars_inline", False) is True and not is_located(serde)
+
+
+def inlinable(value: Any) -> bool:
+    kind = type(value)
+    if kind is str:
+        if len(value) > INLINE_TEXT_MAX or "\x00" in value:
+            return False
+        if value.isascii():
+            return True
+        try:
+            value.encode("utf-8")  # a lone surrogate cannot go into a JSON text column
+        except UnicodeEncodeError:
+            return False
+        return True
+    if kind is int:
+        return _INT_MIN <= value <= _INT_MAX
+    return value is None or kind is bool
+
+
+def carried(
+    parent: tuple[Versions, Inline] | None, versions: Versions, unchanged: set[str]
+) -> Inline:
+    """The parent's inline values of the `unchanged` channels still at the same version."""
+    if parent is None:
+        return {}
+    parent_versions, parent_inline = parent
+    return {
+        ch: value
+        for ch, value in parent_inline.items()
+        if ch in unchanged and ch in versions and parent_versions.get(ch) == versions[ch]
+    }
+
+
+_FROM_SQL: dict[str, Callable[[str], Any]] = {
+    # SQLite json_each types, then PostgreSQL jsonb_typeof ones.
+    "null": lambda _: None,
+    "true": lambda _: True,
+    "false": lambda _: False,
+    "integer": int,
+    "text": str,
+    "boolean": lambda text: text == "true",
+    "number": int,
+    "string": str,
+}
+
+
+def from_sql(kind: str, text: str | None, where: Mapping[str, str | None]) -> Any:
+    """An inline value read in SQL as (JSON type, text) by `Dialect.inline_value`."""
+    convert = _FROM_SQL.get(kind)
+    try:
+        if convert is None or (text is None and kind != "null"):
+            raise ValueError(kind)
+        return convert(text or "")
+    except ValueError:
+        raise CorruptValueError(
+            f"checkpoint record holds an inline value of JSON type {kind!r}", **where
+        ) from None
+
+
+def stored_form(value: Any) -> tuple[str, bytes]:
+    """The value row an inline value stands for: what the msgpack serializer stores."""
+    from checkpointer.serde.msgpack_serde import default_serializer
+
+    return default_serializer().dumps_typed(value)
+
+
+def read_inline(
+    fields: Mapping[str, Any],
+    where: Mapping[str, str | None],
+    load: Callable[[str, Any, Versions], Any] | None = None,
+) -> Inline | None:
+    """A parsed record's inline values (None if it has none), checked; `load(channel,
+    value, channel_versions)` reads each through a serializer that does not take them as
+    they are."""
+    inline = fields.get(RECORD_KEY)
+    if inline is None:
+        return None
+    if type(inline) is not dict or not _SCALARS.issuperset(map(type, inline.values())):
+        raise CorruptValueError("checkpoint record channel_values is malformed", **where)
+    if load is None:
+        return inline
+    versions = fields.get("channel_versions")
+    versions = versions if type(versions) is dict else {}
+    return {ch: load(ch, value, versions) for ch, value in inline.items()}
+
+
+class RecentInline:
+    """The versions and inline values of the checkpoints a saver wrote last, by (thread,
+    namespace, checkpoint id): the next `put` on one of them carries its values forward
+    without reading the parent's record back. Bounded; cleared by deletes."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple[str, str, str], tuple[Versions, Inline]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str]) -> tuple[Versions, Inline] | None:
+        with self._lock:
+            return self._entries.get(key)
+
+    def remember(self, key: tuple[str, str, str], versions: Versions, inline: Inline) -> None:
+        with self._lock:
+            self._entries[key] = (dict(versions), inline)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
