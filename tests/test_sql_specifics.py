@@ -486,3 +486,26 @@ async def test_serializers_that_seal_values_keep_nothing_inline(sql: Sql) -> Non
     assert sql.rows("SELECT channel FROM checkpointer_blobs") == [("n",)]
     got = await sql.call("get_tuple", config)
     assert got.checkpoint["channel_values"] == {"n": 1}
+
+
+@pytest.mark.parametrize("channel", ["count", 'odd "name" é', "a}b,c"])
+async def test_an_inline_value_seeds_delta_history(sql: Sql, channel: str) -> None:
+    """A small scalar stored inline is a stored value for the ancestor walk, whatever its
+    channel's name (plain names are found by a text probe, others by parsing)."""
+    versions = {channel: next_channel_version(None), "other": next_channel_version(None)}
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(versions)
+    cp["channel_values"] = {channel: 5, "other": "x"}
+    config = await sql.call("put", make_config("seeded"), cp, {}, dict(versions))
+    for step in range(3):
+        await sql.call("put_writes", config, [(channel, step)], task_id_for(step, "t"))
+        versions[channel] = next_channel_version(versions[channel])  # moved, no value
+        cp = empty_checkpoint()
+        cp["channel_versions"] = dict(versions)
+        cp["channel_values"] = {}
+        config = await sql.call("put", config, cp, {}, {channel: versions[channel]})
+    history = await sql.call("get_delta_channel_history", config=config, channels=[channel])
+    assert history[channel]["seed"] == 5
+    assert [w[2] for w in history[channel]["writes"]] == [0, 1, 2]
+    got = await sql.call("get_tuple", config)
+    assert got.checkpoint["channel_values"] == {"other": "x"}

@@ -38,6 +38,7 @@ from checkpointer.savers.sql.inline import (
     Inline,
     from_sql,
     inlinable,
+    inline_probe,
     read_inline,
     serde_inlines,
     stored_form,
@@ -149,9 +150,18 @@ def encode_record(checkpoint: Checkpoint, inline: Mapping[str, Any] | None = Non
     if inline:
         record[INLINE_KEY] = inline
     try:
-        return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        return record_json(record)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"checkpoint record is not JSON-serializable: {exc}") from exc
+
+
+def record_json(record: Mapping[str, Any]) -> str:
+    """A checkpoint record as every write stores it: compact JSON in key order, except
+    that inline values come first (SQLite's delta walk looks for them at the start of the
+    text only, see `SqliteDialect.inline_has`)."""
+    if INLINE_KEY in record:
+        record = {INLINE_KEY: record[INLINE_KEY], **record}
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
 def encode_metadata(metadata: Mapping[str, Any]) -> str:
@@ -329,8 +339,9 @@ class Dialect:
         over a long chain the parse, not the primary-key chase, is what costs."""
         return None
 
-    def inline_has(self, record: str, channel: str) -> str:
-        """Whether `record` keeps the value of `channel` (an SQL expression) inline."""
+    def inline_has(self, record: str, channel: str, probe: str) -> str:
+        """Whether `record` keeps the value of `channel` (an SQL expression) inline.
+        `probe` is a parameter holding `inline_probe(channel)`, for a cheap first test."""
         raise NotImplementedError
 
     def record_has_inline(self, record: str) -> str:
@@ -818,6 +829,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
         params["checkpoint_id"] = checkpoint_id
     for i, ch in enumerate(channels):
         params[f"ch{i}"] = ch
+        params[f"ik{i}"] = inline_probe(ch)
     n = len(channels)
 
     def build() -> str:
@@ -844,7 +856,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             )
             maybe = d.may_hold_version(record, "sv.version")
             if maybe is None:
-                return f"({exact} OR {d.inline_has(record, p(f'ch{i}'))})"
+                return f"({exact} OR {d.inline_has(record, p(f'ch{i}'), p(f'ik{i}'))})"
             # Only the channel's few stored versions (snapshots) can end the walk: skip the
             # JSON parse at ancestors whose record mentions none of them. The record is then
             # never parsed, so a cheap probe still fails the statement on a damaged one (as
@@ -857,7 +869,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             probe = d.damaged_record_probe(record)
             stored = prefiltered if probe is None else f"({probe} OR {prefiltered})"
             # A small scalar stored inline is a stored value too (see `inline.py`).
-            return f"({stored} OR {d.inline_has(record, p(f'ch{i}'))})"
+            return f"({stored} OR {d.inline_has(record, p(f'ch{i}'), p(f'ik{i}'))})"
 
         seeded_bits = " + ".join(
             f"(CASE WHEN (w.mask_out & {d.bigint(str(1 << i))}) <> 0 AND "
@@ -876,7 +888,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
                 + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
                 + f" WHERE (w.mask_in & {d.bigint(str(1 << i))}) <> 0 "
                 f"AND (w.mask_out & {d.bigint(str(1 << i))}) = 0 "
-                f"AND {d.inline_has('pc.checkpoint', p(f'ch{i}'))}"
+                f"AND {d.inline_has('pc.checkpoint', p(f'ch{i}'), p(f'ik{i}'))}"
             )
 
         seeds = " UNION ALL ".join(

@@ -26,6 +26,7 @@ Rules:
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -107,6 +108,16 @@ def from_sql(kind: str, text: str | None, where: Mapping[str, str | None]) -> An
         raise CorruptValueError(
             f"checkpoint record holds an inline value of JSON type {kind!r}", **where
         ) from None
+
+
+_PLAIN_NAME = re.compile(r"[0-9A-Za-z._:+~-]*")
+
+
+def inline_probe(channel: str) -> str | None:
+    """Text that a JSON record holding `channel` inline contains after its
+    `"channel_values"` key, for a test cheaper than parsing it; None when the name has
+    characters that JSON writers escape differently (the parse then decides)."""
+    return f'"{channel}":' if _PLAIN_NAME.fullmatch(channel) else None
 
 
 def stored_form(value: Any) -> tuple[str, bytes]:

@@ -183,7 +183,7 @@ class PostgresDialect(Dialect):
     def version_of(self, record: str, channel: str) -> str:
         return f"({record} -> 'channel_versions' ->> {channel})"
 
-    def inline_has(self, record: str, channel: str) -> str:
+    def inline_has(self, record: str, channel: str, probe: str) -> str:
         return f"coalesce(({record} -> 'channel_values') ? {channel}, false)"
 
     def record_has_inline(self, record: str) -> str:

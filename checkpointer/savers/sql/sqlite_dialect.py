@@ -107,23 +107,27 @@ class SqliteDialect(Dialect):
         # (no escaping); any other version is assumed present, so the exact test decides.
         return f"(instr({record}, {version}) > 0 OR {version} GLOB '*[^0-9A-Za-z._:+-]*')"
 
-    def inline_has(self, record: str, channel: str) -> str:
-        # Cheap tests first, as in `may_hold_version`: the record must name inline values
-        # and, after that key, the channel (verbatim when its name needs no escaping).
-        start = f"instr({record}, '\"channel_values\"')"
+    def _has_inline(self, record: str) -> str:
+        # Writes put inline values first (`core.record_json`): a prefix test finds them.
+        return f"substr({record}, 1, 18) = '{{\"channel_values\":'"
+
+    def inline_has(self, record: str, channel: str, probe: str) -> str:
+        # Cheap tests first, as in `may_hold_version`: inline values at the start of the
+        # record, and the channel's key among them (up to the first `},"`, which no JSON
+        # string holds: its quote would be escaped) when its name is plain.
+        head = f"substr({record}, 1, instr({record}, '}},\"'))"
         return (
-            f"({start} > 0 AND ({channel} GLOB '*[^0-9A-Za-z._:+~-]*' OR "
-            f"instr(substr({record}, {start}), json_quote({channel}) || ':') > 0) "
+            f"({self._has_inline(record)} AND ({probe} IS NULL OR instr({head}, {probe}) > 0) "
             f"AND EXISTS (SELECT 1 FROM json_each({self._json(record)}, '$.channel_values') "
             f"AS iv WHERE iv.key = {channel}))"
         )
 
     def record_has_inline(self, record: str) -> str:
-        return f"instr({record}, '\"channel_values\"') > 0"
+        return self._has_inline(record)
 
     def inline_keys_column(self, record: str) -> str:
         return (
-            f"CASE WHEN instr({record}, '\"channel_values\"') > 0 THEN (SELECT json_group_array("
+            f"CASE WHEN {self._has_inline(record)} THEN (SELECT json_group_array("
             f"iv.key) FROM json_each({self._json(record)}, '$.channel_values') AS iv) END"
         )
 

@@ -8,7 +8,6 @@ the caller runs inside one transaction.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
@@ -20,7 +19,7 @@ from typing import Any
 from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
 from checkpointer.ids import new_checkpoint_id
 from checkpointer.savers.sql import core
-from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json
+from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json, record_json
 from checkpointer.savers.sql.inspect import ancestors_plan, json_doc
 from checkpointer.serde.base import Serializer
 from checkpointer.serde.encryption import bound_values_stmts
@@ -67,8 +66,8 @@ class WriteRow:
 
 
 def record_text(record: dict[str, Any]) -> str:
-    """A checkpoint record as the savers store it (compact JSON, key order kept)."""
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    """A checkpoint record as the savers store it (`core.record_json`)."""
+    return record_json(record)
 
 
 # --------------------------------------------------------------------------- reads
