@@ -509,3 +509,36 @@ async def test_an_inline_value_seeds_delta_history(sql: Sql, channel: str) -> No
     assert [w[2] for w in history[channel]["writes"]] == [0, 1, 2]
     got = await sql.call("get_tuple", config)
     assert got.checkpoint["channel_values"] == {"other": "x"}
+
+
+async def test_inline_values_under_an_encrypting_serializer(sql: Sql) -> None:
+    """A database written with inline values, opened with encryption: the values are
+    plaintext, so they are refused unless plaintext is allowed (for a migration), in
+    `get_tuple` and as a delta seed alike."""
+    import os
+
+    from checkpointer.errors import PlaintextRefusedError
+    from checkpointer.serde.encryption import EncryptedSerializer
+
+    versions = {"n": next_channel_version(None), "d": next_channel_version(None)}
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(versions)
+    cp["channel_values"] = {"n": 5, "d": 1}
+    root = await sql.call("put", make_config("enc"), cp, {}, dict(versions))
+    await sql.call("put_writes", root, [("d", 2)], task_id_for(0, "t"))
+    versions["d"] = next_channel_version(versions["d"])
+    cp = empty_checkpoint()
+    cp["channel_versions"] = dict(versions)
+    cp["channel_values"] = {}
+    head = await sql.call("put", root, cp, {}, {"d": versions["d"]})
+    key = {"k": os.urandom(32)}
+    sql.saver.serde = EncryptedSerializer(keys=key, active_key_id="k")
+    with pytest.raises(PlaintextRefusedError):
+        await sql.call("get_tuple", head)
+    with pytest.raises(PlaintextRefusedError):
+        await sql.call("get_delta_channel_history", config=head, channels=["d"])
+    sql.saver.serde = EncryptedSerializer(keys=key, active_key_id="k", allow_plaintext=True)
+    got = await sql.call("get_tuple", head)
+    assert got.checkpoint["channel_values"] == {"n": 5}
+    history = await sql.call("get_delta_channel_history", config=head, channels=["d"])
+    assert history["d"]["seed"] == 1 and [w[2] for w in history["d"]["writes"]] == [2]

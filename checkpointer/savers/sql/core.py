@@ -995,18 +995,12 @@ def decode_delta_history(
         entry = out.get(channel)
         if entry is None:
             continue
-        if kind == 0 and blob is None:
-            where = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "channel": channel}
-            value = from_sql(row[9], row[10], where)
+        if kind == 0 and blob is None:  # a seed kept inline in its record
+            where = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+            value = from_sql(row[9], row[10], {**where, "channel": channel})
             if not takes_inline:
-                seed_at = ValueLocation.blob(thread_id, checkpoint_ns, channel, ref)
-                value = load_at(
-                    serde,
-                    stored_form(value),
-                    seed_at if located else None,
-                    **where,
-                    version=ref,
-                )
+                load = inline_loader(serde, thread_id, checkpoint_ns, where)
+                value = load(channel, value, {channel: ref})
             entry["seed"] = value
             continue
         data = (type_, blob if type(blob) is bytes else bytes(blob))
