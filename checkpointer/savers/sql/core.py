@@ -746,18 +746,9 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
             task_id, idx = d.decode_write_key(row[3], row[6])
             channel = row[4]
             data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
-            if fast is not None:
-                try:
-                    writes.append((task_id, channel, fast(data)))
-                    continue
-                except Exception:
-                    pass
-            location = (
-                ValueLocation.write(thread_id, ns, checkpoint_id, task_id, idx, channel)
-                if located
-                else None
+            value = _write_value(
+                fast, read, located, data, thread_id, ns, checkpoint_id, task_id, idx, channel
             )
-            value = read(data, location, **where, channel=channel, task_id=task_id)
             writes.append((task_id, channel, value))
         yield CheckpointTuple(
             config=make_config(thread_id, ns, checkpoint_id),
@@ -1015,28 +1006,47 @@ def decode_delta_history(
             )
             continue
         task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
-        if fast is not None:
-            try:
-                entry["writes"].append((task_id, channel, fast(data)))
-                continue
-            except Exception:
-                pass
-        location = (
-            ValueLocation.write(thread_id, checkpoint_ns, ref, task_id, idx, channel)
-            if located
-            else None
-        )
-        value = read(
-            data,
-            location,
-            thread_id=thread_id,
-            checkpoint_ns=checkpoint_ns,
-            checkpoint_id=ref,
-            channel=channel,
-            task_id=task_id,
+        value = _write_value(
+            fast, read, located, data, thread_id, checkpoint_ns, ref, task_id, idx, channel
         )
         entry["writes"].append((task_id, channel, value))
     return out
+
+
+def _write_value(
+    fast: Callable[[tuple[str, bytes]], Any] | None,
+    read: Callable[..., Any],
+    located: bool,
+    data: tuple[str, bytes],
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    idx: int,
+    channel: str,
+) -> Any:
+    """A pending write's value: through the batch loader `fast` when there is one, else
+    (or when it fails) through `read` at the write's location, whose error names it. Plain
+    arguments, no dicts: this runs for every write of a history or a page."""
+    if fast is not None:
+        try:
+            return fast(data)
+        except Exception:
+            pass
+    location = (
+        ValueLocation.write(thread_id, ns, checkpoint_id, task_id, idx, channel)
+        if located
+        else None
+    )
+    return read(
+        data,
+        location,
+        thread_id=thread_id,
+        checkpoint_ns=ns,
+        checkpoint_id=checkpoint_id,
+        channel=channel,
+        task_id=task_id,
+    )
 
 
 def delta_history_chunks(channels: Sequence[str]) -> list[list[str]]:
