@@ -6,7 +6,7 @@
 - Task ids are RFC 9562 version-8 UUIDs whose first group is `step + 2` in hex. Steps start
   at -2 (the stub before input), so the first group is never negative and plain string or
   `uuid` ordering (`ORDER BY task_id, idx`) is chronological, for steps up to 2**32 - 3.
-- Channel versions are `"<32-digit counter>.<16 hex random>"`: the counter orders versions
+- Channel versions are `"<12-digit counter>.<16 hex random>"`: the counter orders versions
   of one channel, the random tail keeps two forks' versions of the same counter distinct.
 """
 
