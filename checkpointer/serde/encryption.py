@@ -615,7 +615,7 @@ def _records_program(
 
     from checkpointer.savers.sql.core import Op, Stmt, single
     from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
-    from checkpointer.savers.sql.inline import stored_form
+    from checkpointer.savers.sql.inline import inline_at_versions, stored_form
     from checkpointer.savers.sql.inspect import json_doc
 
     key = "(thread_id, checkpoint_ns, checkpoint_id)"
@@ -648,7 +648,9 @@ def _records_program(
         if not rows:
             return
         for thread_id, ns, cid, record in rows:
-            moved = _inline_of(record)
+            fields = json_doc(record)
+            where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
+            moved = inline_at_versions(fields, where)
             if not moved:
                 continue
             sealed = []
@@ -660,7 +662,6 @@ def _records_program(
             report.rewritten += len(moved)
             if dry_run:
                 continue
-            fields = json_doc(record)
             fields.pop(INLINE_KEY, None)
             old = record if isinstance(record, str) else json.dumps(record)
             new = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
@@ -761,13 +762,16 @@ def iter_stored_values(saver: Any) -> Iterator[tuple[ValueLocation, tuple[str, b
     for t, ns, cid, task_id, idx, ch, tag, blob in rows:
         task, slot = d.decode_write_key(task_id, idx)
         yield ValueLocation.write(t, ns, cid, task, slot, ch), (tag, bytes(blob))
+    from checkpointer.savers.sql.inline import inline_at_versions, stored_form
+    from checkpointer.savers.sql.inspect import json_doc
+
     rows = saver._drive(
         _one_op(
             Op(
                 single(
                     Stmt(
-                        f"SELECT thread_id, checkpoint_ns, checkpoint FROM {d.checkpoints} "
-                        f"WHERE {d.record_has_inline('checkpoint')}",
+                        f"SELECT thread_id, checkpoint_ns, checkpoint_id, checkpoint "
+                        f"FROM {d.checkpoints} WHERE {d.record_has_inline('checkpoint')}",
                         (),
                         fetch=True,
                     )
@@ -775,23 +779,10 @@ def iter_stored_values(saver: Any) -> Iterator[tuple[ValueLocation, tuple[str, b
             )
         )
     )
-    from checkpointer.savers.sql.inline import stored_form
-
-    for t, ns, record in rows:
-        for channel, version, value in _inline_of(record):
+    for t, ns, cid, record in rows:
+        where = {"thread_id": t, "checkpoint_ns": ns, "checkpoint_id": cid}
+        for channel, version, value in inline_at_versions(json_doc(record), where):
             yield ValueLocation.blob(t, ns, channel, version), stored_form(value)
-
-
-def _inline_of(record: Any) -> list[tuple[str, str, Any]]:
-    """(channel, version, value) of the values a checkpoint record keeps inline."""
-    from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
-    from checkpointer.savers.sql.inspect import json_doc
-
-    fields = json_doc(record)
-    inline, versions = fields.get(INLINE_KEY), fields.get("channel_versions")
-    if not isinstance(inline, dict) or not isinstance(versions, dict):
-        return []
-    return [(ch, str(versions[ch]), v) for ch, v in inline.items() if ch in versions]
 
 
 def _one_op(op: Any) -> Generator[Any, Any, Any]:

@@ -147,6 +147,17 @@ def read_inline(
     return {ch: load(ch, value, versions) for ch, value in inline.items()}
 
 
+def inline_at_versions(
+    fields: Mapping[str, Any], where: Mapping[str, str | None]
+) -> list[tuple[str, str, Any]]:
+    """(channel, version, value) of the values a parsed record keeps inline."""
+    inline = read_inline(fields, where) or {}
+    versions = fields.get("channel_versions")
+    if type(versions) is not dict:
+        return []
+    return [(ch, str(versions[ch]), v) for ch, v in inline.items() if ch in versions]
+
+
 class RecentInline:
     """The versions and inline values of the checkpoints a saver wrote last, by (thread,
     namespace, checkpoint id): the next `put` on one of them carries its values forward

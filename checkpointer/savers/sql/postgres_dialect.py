@@ -266,20 +266,13 @@ class PostgresDialect(Dialect):
         )
 
     def insert_blobs(self, thread_id: str, rows: list[tuple[str, str, str, str, bytes]]) -> Stmt:
-        namespaces, channels, versions, types, datas = (list(c) for c in zip(*rows))
+        params: dict[str, Any] = {"t": thread_id}
+        values = rows_select((("ns", "text"), *_BLOB_COLUMNS), rows, params)
         return Stmt(
             f"INSERT INTO {self.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
-            "SELECT %(t)s, x.ns, x.channel, x.version, x.type, x.blob FROM unnest("
-            "%(nss)s::text[], %(channels)s::text[], %(versions)s::text[], %(types)s::text[], "
-            "%(datas)b::bytea[]) AS x(ns, channel, version, type, blob) ON CONFLICT DO NOTHING",
-            {
-                "t": thread_id,
-                "nss": namespaces,
-                "channels": channels,
-                "versions": versions,
-                "types": types,
-                "datas": datas,
-            },
+            f"SELECT %(t)s, x.ns, x.channel, x.version, x.type, x.blob FROM ({values}) x "
+            "ON CONFLICT DO NOTHING",
+            params,
         )
 
     def put_plan(

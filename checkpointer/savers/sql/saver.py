@@ -84,6 +84,7 @@ from checkpointer.types import (
     RunnableConfig,
     checkpoint_id_of,
     checkpoint_ns_of,
+    config_address,
     make_config,
     thread_id_of,
 )
@@ -163,34 +164,35 @@ class _SqlPrograms:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> Program[RunnableConfig]:
+        inlines = serde_inlines(self.serde)
+        thread_id, ns, parent_id = config_address(config)
         carried = None
-        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-        parent_id = checkpoint_id_of(config)
-        if serde_inlines(self.serde) and parent_id is not None:
+        if inlines and parent_id is not None:
             unchanged = unchanged_channels(checkpoint, new_versions)
             if unchanged:
-                key = (thread_id, ns, parent_id)
-                parent = self._recent_inline.get(key)
-                if parent is None:
-                    rows = yield from self._p_read(
-                        lambda d: record_stmt(d, thread_id, ns, parent_id)
-                    )
-                    where = {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": ns,
-                        "checkpoint_id": parent_id,
-                    }
-                    parent = record_versions_and_inline(rows, where)
+                parent = yield from self._p_parent_inline(thread_id, ns, parent_id)
                 carried = inline_carried(parent, checkpoint["channel_versions"], unchanged)
         op, next_config, inline = put_op(
             self._dialect, self.serde, config, checkpoint, metadata, new_versions, carried
         )
         yield op
-        if serde_inlines(self.serde):
+        if inlines:
             self._recent_inline.remember(
                 (thread_id, ns, checkpoint["id"]), checkpoint["channel_versions"], inline
             )
         return next_config
+
+    def _p_parent_inline(
+        self, thread_id: str, ns: str, parent_id: str
+    ) -> Program[tuple[Mapping[str, Any], dict[str, Any]] | None]:
+        """The parent's versions and inline values: remembered from the last puts, or read
+        back (None when there is no such checkpoint)."""
+        parent = self._recent_inline.get((thread_id, ns, parent_id))
+        if parent is None:
+            rows = yield from self._p_read(lambda d: record_stmt(d, thread_id, ns, parent_id))
+            where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}
+            parent = record_versions_and_inline(rows, where)
+        return parent
 
     def _p_put_writes(
         self,
