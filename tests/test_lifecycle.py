@@ -436,6 +436,61 @@ async def test_put_keeps_one_statement_on_postgres(
         await (saver.aclose() if use_async else asyncio.to_thread(saver.close))
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_sqlite_writes_leave_the_summary_to_triggers(
+    tmp_path: Path, use_async: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite a put_writes is one statement and a put one per table: the summary's
+    count, bytes and head follow by trigger; its last-write time moves once a second."""
+    import checkpointer.savers.sql.sqlite_dialect as sqlite_dialect
+    from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
+
+    clock = [1000.0]
+    monkeypatch.setattr(sqlite_dialect, "monotonic", lambda: clock[0])
+    saver: Any
+    if use_async:
+        saver = AsyncSqliteSaver(tmp_path / "t.db")
+        await saver.setup()
+    else:
+        saver = SqliteSaver(tmp_path / "t.db")
+        saver.setup()
+    h = Harness(saver, "async_sqlite" if use_async else "sqlite")
+    try:
+        counter = StatementCounter(saver)
+        config = make_config("t")
+        for step in range(3):
+            cp = empty_checkpoint()
+            cp["channel_versions"] = {"topic": next_channel_version(None)}
+            cp["channel_values"] = {"topic": ["x"] * (step + 1)}  # a list: a value row
+            counter.reset()
+            config = await h.put(config, cp, {"step": step}, dict(cp["channel_versions"]))
+            heads = [sql.split()[:2] for sql in counter.statements]
+            activity = [["UPDATE", "checkpointer_threads"]] if step == 0 else []  # 1st this second
+            assert heads == [
+                ["INSERT", "INTO"],  # the value row
+                ["INSERT", "INTO"],  # the checkpoint
+                *activity,
+            ]
+            assert "checkpointer_blobs" in counter.statements[0]
+            counter.reset()
+            await h.put_writes(config, [("topic", "y"), ("msgs", [1])], task_id_for(step, "n"))
+            assert [sql.split()[:3] for sql in counter.statements] == [
+                ["INSERT", "INTO", "checkpointer_writes"]
+            ]
+        clock[0] += 1.5  # a second later, the next write moves the last-write time again
+        counter.reset()
+        await h.put_writes(config, [(ERROR, "boom")], task_id_for(3, "n"))
+        assert [sql.split()[:2] for sql in counter.statements] == [
+            ["INSERT", "INTO"],
+            ["UPDATE", "checkpointer_threads"],
+        ]
+        [summary] = await call(h, "list_threads", thread_ids=["t"])
+        assert summary.checkpoint_count == 3 and summary.head_checkpoint_id == cid(config)
+        await assert_summaries_exact(h, ["t"])
+    finally:
+        await (saver.aclose() if use_async else asyncio.to_thread(saver.close))
+
+
 # ------------------------------------------------------------------ space
 @pytest.mark.parametrize("use_async", [False, True])
 async def test_sqlite_reclaim_space_shrinks_the_file(tmp_path: Path, use_async: bool) -> None:

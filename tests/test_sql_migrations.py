@@ -54,7 +54,14 @@ def test_offline_sql_is_plain_transactional_ddl(dialect: str) -> None:
     assert VERSION_TABLE in script
     assert "checkpointer_checkpoints" in script
     statements = split_statements(script)
-    assert all(";" not in s.rstrip(";") for s in statements)
+    # One statement each; only a trigger's body holds a `;` of its own, before its END.
+    for statement in statements:
+        body = "\n".join(line for line in statement.splitlines() if not line.startswith("--"))
+        body = body.strip().rstrip(";")
+        if body.startswith("CREATE TRIGGER"):
+            assert body.endswith("; END") and body.count(";") == 1, statement
+        else:
+            assert ";" not in body, statement
 
 
 def test_migrate_sql_returns_script_without_touching_anything(tmp_path: Path) -> None:
@@ -440,3 +447,57 @@ class _ScalarChain:
         if writes:
             self.saver.put_writes(self.head, writes, task_id_for(self.step_no, "t"))
         self.step_no += 1
+
+
+# ------------------------------------------------------------------ 0003 -> 0004
+def test_sqlite_upgrade_to_0004_hands_summaries_to_triggers(tmp_path: Path) -> None:
+    """Summaries kept by 0003's statements go on exactly under 0004's triggers: new
+    checkpoints, values, writes, a re-saved checkpoint and a replaced write all count."""
+    from datetime import UTC, datetime
+
+    from checkpointer.savers.sql.core import refresh_summaries_stmts
+    from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
+    from checkpointer.types import ERROR
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0003")):
+            conn.execute(statement)
+        _write_threads_at_0001(conn.execute, "?")
+        for stmt in refresh_summaries_stmts(SqliteDialect(), ["old-thread-2"], datetime.now(UTC)):
+            conn.execute(stmt.sql, stmt.params)  # what 0003's writes had kept up to date
+        assert _triggers(conn) == []
+    migrate(f"sqlite:///{path}")
+    with sqlite3.connect(path) as conn:
+        assert len(_triggers(conn)) == 6
+    with SqliteSaver.from_conn_string(path, setup=False) as saver:
+        [before] = saver.list_threads(thread_ids=["old-thread-2"])
+        tup = saver.get_tuple(make_config("old-thread-2"))
+        assert tup is not None
+        config = saver.put(tup.config, dict(tup.checkpoint, id="cp-c"), {"step": 1}, {})
+        versions = {"state": next_channel_version("1")}
+        cp = dict(tup.checkpoint, id="cp-d", channel_versions=versions)
+        cp["channel_values"] = {"state": ["grown"] * 40}
+        parent = config
+        config = saver.put(parent, cp, {"step": 2}, versions)
+        saver.put(parent, cp, {"step": 2, "note": "re-saved " * 30}, versions)
+        task = task_id_for(3, "node")
+        saver.put_writes(config, [("state", ["w"] * 30)], task)
+        saver.put_writes(config, [(ERROR, "short")], task)
+        saver.put_writes(config, [(ERROR, "a longer error " * 20)], task)  # replaces
+        [kept] = saver.list_threads(thread_ids=["old-thread-2"])
+        saver.refresh_thread_summaries(["old-thread-2"])
+        [exact] = saver.list_threads(thread_ids=["old-thread-2"])
+        assert (kept.checkpoint_count, kept.bytes, kept.head_checkpoint_id) == (
+            exact.checkpoint_count,
+            exact.bytes,
+            exact.head_checkpoint_id,
+        )
+        assert kept.checkpoint_count == before.checkpoint_count + 2
+        assert kept.head_checkpoint_id == "cp-d"
+        assert kept.bytes > before.bytes
+
+
+def _triggers(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+    return [r[0] for r in rows]

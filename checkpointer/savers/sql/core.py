@@ -94,6 +94,10 @@ class Op(Generic[T]):
     """A plan plus how to run it: `txn` asks for one write transaction around every
     statement (SQLite `BEGIN IMMEDIATE`; a PostgreSQL transaction block).
 
+    `write` marks a single-statement write run without a transaction block: on SQLite it
+    still queues behind this process's other writers instead of meeting SQLite's busy
+    handler, which sleeps.
+
     `restart` builds the plan afresh. Only an op that is safe to run again from the start
     has one (see `repeatable`); an executor that lost its connection mid-op may re-run
     such an op on a new connection, and must never re-run any other.
@@ -102,6 +106,7 @@ class Op(Generic[T]):
     plan: Plan[T]
     txn: bool = False
     restart: Callable[[], Plan[T]] | None = None
+    write: bool = False
 
 
 def repeatable(build: Callable[[], Op[T]]) -> Op[T]:

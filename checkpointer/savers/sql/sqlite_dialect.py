@@ -6,10 +6,11 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from time import monotonic
 from typing import Any
 
 from checkpointer.savers.sql.core import (
-    SUMMARY_COLUMNS,
+    SUMMARY_CLOCK_SECONDS,
     Dialect,
     Op,
     Plan,
@@ -17,7 +18,6 @@ from checkpointer.savers.sql.core import (
     dumps_json,
     each,
     refresh_summaries_stmts,
-    summary_merge,
 )
 from checkpointer.savers.sql.migration import plan_upgrade
 from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
@@ -48,12 +48,11 @@ def parse_ts(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _utf8_len(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
 MULTI_ROW_CHUNK = 100
 """Rows per multi-row INSERT (at most 900 bound parameters, under every SQLite's limit)."""
+
+ACTIVITY_MEMORY = 4096
+"""Threads whose last activity statement a dialect remembers; beyond, it starts afresh."""
 
 
 class SqliteDialect(Dialect):
@@ -65,6 +64,8 @@ class SqliteDialect(Dialect):
 
     def __init__(self, where: str = "SQLite database") -> None:
         self._where = where
+        # thread id -> monotonic() of the last activity statement (`_activity_stmt`)
+        self._activity: dict[str, float] = {}
 
     def describe(self) -> str:
         return self._where
@@ -218,33 +219,10 @@ class SqliteDialect(Dialect):
         blobs: list[tuple[str, str, str, bytes]],
         now: datetime,
     ) -> Op[None]:
-        # The summary goes first: its deltas compare with the rows as they were (a re-put
-        # checkpoint or an existing blob adds nothing).
-        summary = Stmt(
-            f"INSERT INTO {THREADS} ({SUMMARY_COLUMNS}) "
-            "SELECT :thread_id, :head, CASE WHEN p.n IS NULL THEN 1 ELSE 0 END, "
-            ":size - coalesce(p.n, 0) + (SELECT coalesce(sum(json_extract(j.value, '$[2]')), 0) "
-            "FROM json_each(:blobs) j WHERE NOT EXISTS (SELECT 1 FROM "
-            f"{BLOBS} b WHERE b.thread_id = :thread_id AND b.checkpoint_ns = :checkpoint_ns "
-            "AND b.channel = json_extract(j.value, '$[0]') "
-            "AND b.version = json_extract(j.value, '$[1]'))), :now, :now "
-            "FROM (SELECT 1) one LEFT JOIN (SELECT "
-            f"{self.size('checkpoint', text=True)} + {self.size('metadata', text=True)} AS n "
-            f"FROM {CHECKPOINTS} WHERE thread_id = :thread_id AND checkpoint_ns = :checkpoint_ns "
-            "AND checkpoint_id = :checkpoint_id) p ON true WHERE true " + summary_merge(self),
-            {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-                "head": checkpoint_id if ns == "" else None,
-                "size": _utf8_len(record) + _utf8_len(metadata),
-                "blobs": json.dumps([[b[0], b[1], len(b[3])] for b in blobs]),
-                "now": format_ts(now),
-            },
-        )
+        activity = self._activity_stmt(thread_id, now)
 
         def plan() -> Plan[None]:
-            yield summary
+            # The thread summary's count, bytes and head follow by trigger (revision 0004).
             yield from self._multi_row_inserts(
                 f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)",
                 "ON CONFLICT DO NOTHING",
@@ -258,8 +236,13 @@ class SqliteDialect(Dialect):
                 + self.checkpoint_upsert_values(),
                 (thread_id, ns, checkpoint_id, parent_id, run_id, record, metadata),
             )
+            if activity is not None:
+                yield activity
 
-        return Op(plan(), txn=True)
+        # A checkpoint alone (every value inline or unchanged) is one atomic statement.
+        if blobs or activity is not None:
+            return Op(plan(), txn=True)
+        return Op(plan(), write=True)
 
     def put_writes_plan(
         self,
@@ -286,33 +269,40 @@ class SqliteDialect(Dialect):
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
         )
         params = [(thread_id, ns, checkpoint_id, task_id, task_path, *r) for r in rows]
-        # Bytes added: a replacing batch adds the difference with what it replaces; an
-        # insert-if-absent batch only what is absent.
-        summary = Stmt(
-            f"INSERT INTO {THREADS} ({SUMMARY_COLUMNS}) "
-            "SELECT :thread_id, NULL, 0, (SELECT coalesce(sum(CASE WHEN w.blob IS NULL "
-            "THEN json_extract(j.value, '$[1]') WHEN :replace "
-            f"THEN json_extract(j.value, '$[1]') - {self.size('w.blob')} ELSE 0 END), 0) "
-            f"FROM json_each(:rows) j LEFT JOIN {WRITES} w ON w.thread_id = :thread_id "
-            "AND w.checkpoint_ns = :checkpoint_ns AND w.checkpoint_id = :checkpoint_id "
-            "AND w.task_id = :task_id AND w.idx = json_extract(j.value, '$[0]')), :now, :now "
-            "WHERE true " + summary_merge(self),
-            {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-                "task_id": task_id,
-                "replace": int(replace),
-                "rows": json.dumps([[r[0], len(r[3])] for r in rows]),
-                "now": format_ts(now),
-            },
-        )
+        activity = self._activity_stmt(thread_id, now)
 
         def plan() -> Plan[None]:
-            yield summary
+            # The summary's bytes follow by trigger, replaced rows by their size change.
             yield from self._multi_row_inserts(insert, on_conflict, params)
+            if activity is not None:
+                yield activity
 
+        if activity is None and len(params) <= MULTI_ROW_CHUNK:
+            return Op(plan(), write=True)  # one statement: atomic without BEGIN/COMMIT
         return Op(plan(), txn=True)
+
+    def _activity_stmt(self, thread_id: str, now: datetime) -> Stmt | None:
+        """Move the summary's last-write time (and with it a TTL's expiry) to `now`, or
+        None when this dialect did so for the thread within `SUMMARY_CLOCK_SECONDS`: the
+        summary moves it only once it is that old, so the statement would change nothing.
+
+        Writes of other processes or savers are not seen here; each moves it for its own
+        writes, at most once a second per thread."""
+        tick = monotonic()
+        last = self._activity.get(thread_id)
+        if last is not None and tick - last < SUMMARY_CLOCK_SECONDS:
+            return None
+        if len(self._activity) >= ACTIVITY_MEMORY:
+            self._activity.clear()
+        self._activity[thread_id] = tick
+        at = format_ts(now)
+        moved = f":now > {self.add_seconds('updated_at', str(SUMMARY_CLOCK_SECONDS))}"
+        return Stmt(
+            f"UPDATE {THREADS} SET updated_at = :now, expires_at = CASE WHEN ttl_seconds "
+            f"IS NULL THEN NULL ELSE {self.add_seconds(':now', 'ttl_seconds')} END "
+            f"WHERE thread_id = :thread_id AND {moved}",
+            {"thread_id": thread_id, "now": at},
+        )
 
     def _multi_row_inserts(
         self, insert: str, tail: str, rows: list[tuple[Any, ...]]

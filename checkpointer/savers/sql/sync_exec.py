@@ -245,7 +245,7 @@ class SqliteExecutor:
 
     def run(self, op: Op[T]) -> T:
         with self._connection() as conn, typed_busy_errors(self.where, self._busy_timeout):
-            if not op.txn:
+            if not (op.txn or op.write):
                 return run_sqlite_op(conn, op, self.trace)
             with self._writes:
                 return run_sqlite_op(conn, op, self.trace)

@@ -1,0 +1,121 @@
+"""SQLite keeps the thread summaries with triggers.
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-30
+
+On SQLite, `checkpointer_threads` (checkpoint count, stored bytes, head) is now kept by
+triggers on the checkpoint, value and write tables instead of by a statement the saver
+issued with every put and put_writes. A put_writes becomes one statement, a put one fewer:
+each statement is a point where the sqlite3 module lets go of the GIL, and a busy
+interpreter may take up to its switch interval (5 ms) to hand it back.
+
+The triggers count what is inserted and the size changes of what is updated; deletes keep
+recomputing the summaries of the threads they touch. They never move `updated_at` or
+`expires_at`: writes refresh those from the saver, so maintenance (copies, retention,
+re-encryption) still does not count as activity. PostgreSQL keeps its one-statement put.
+
+Code older than this revision would count its writes twice here, so it refuses the
+database.
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0004"
+down_revision = "0003"
+branch_labels = None
+depends_on = None
+
+# After adding a revision: append it to KNOWN_REVISIONS and set SCHEMA_REVISION in
+# checkpointer/savers/sql/schema.py, change build_metadata() to match, and extend
+# tests/test_sql_migrations.py (upgrade from the previous revision keeps data).
+
+_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+# Adds (head, count, bytes) to a thread's row, creating it if needed. The head moves
+# forward only and only for root-namespace checkpoints (head NULL leaves it alone).
+_ADD = (
+    "INSERT INTO checkpointer_threads (thread_id, head_checkpoint_id, checkpoint_count, "
+    "bytes, created_at, updated_at) SELECT NEW.thread_id, {head}, {count}, {size}, "
+    f"{_NOW}, {_NOW} WHERE true "
+    "ON CONFLICT (thread_id) DO UPDATE SET "
+    "head_checkpoint_id = CASE WHEN excluded.head_checkpoint_id IS NULL "
+    "THEN checkpointer_threads.head_checkpoint_id "
+    "WHEN checkpointer_threads.head_checkpoint_id IS NULL "
+    "OR excluded.head_checkpoint_id > checkpointer_threads.head_checkpoint_id "
+    "THEN excluded.head_checkpoint_id ELSE checkpointer_threads.head_checkpoint_id END, "
+    "checkpoint_count = checkpointer_threads.checkpoint_count + excluded.checkpoint_count, "
+    "bytes = checkpointer_threads.bytes + excluded.bytes"
+)
+
+_RESIZE = (
+    "UPDATE checkpointer_threads SET bytes = bytes + ({new}) - ({old}) "
+    "WHERE thread_id = NEW.thread_id"
+)
+
+
+def _record_size(row: str) -> str:
+    return f"length(CAST({row}.checkpoint AS BLOB)) + length(CAST({row}.metadata AS BLOB))"
+
+
+# (name, event, table, body): every body is one statement.
+TRIGGERS = (
+    (
+        "checkpointer_checkpoints_summary_insert",
+        "AFTER INSERT",
+        "checkpointer_checkpoints",
+        _ADD.format(
+            head="CASE WHEN NEW.checkpoint_ns = '' THEN NEW.checkpoint_id END",
+            count="1",
+            size=_record_size("NEW"),
+        ),
+    ),
+    (
+        "checkpointer_checkpoints_summary_update",
+        "AFTER UPDATE OF checkpoint, metadata",
+        "checkpointer_checkpoints",
+        _RESIZE.format(new=_record_size("NEW"), old=_record_size("OLD")),
+    ),
+    (
+        "checkpointer_blobs_summary_insert",
+        "AFTER INSERT",
+        "checkpointer_blobs",
+        _ADD.format(head="NULL", count="0", size="coalesce(length(NEW.blob), 0)"),
+    ),
+    (
+        "checkpointer_blobs_summary_update",
+        "AFTER UPDATE OF blob",
+        "checkpointer_blobs",
+        _RESIZE.format(new="coalesce(length(NEW.blob), 0)", old="coalesce(length(OLD.blob), 0)"),
+    ),
+    (
+        "checkpointer_writes_summary_insert",
+        "AFTER INSERT",
+        "checkpointer_writes",
+        _ADD.format(head="NULL", count="0", size="coalesce(length(NEW.blob), 0)"),
+    ),
+    (
+        "checkpointer_writes_summary_update",
+        "AFTER UPDATE OF blob",
+        "checkpointer_writes",
+        _RESIZE.format(new="coalesce(length(NEW.blob), 0)", old="coalesce(length(OLD.blob), 0)"),
+    ),
+)
+
+
+def upgrade() -> None:
+    if op.get_context().dialect.name != "sqlite":
+        return
+    for name, event, table, body in TRIGGERS:
+        op.execute(
+            f"CREATE TRIGGER IF NOT EXISTS {name} {event} ON {table} FOR EACH ROW BEGIN {body}; END"
+        )
+
+
+def downgrade() -> None:
+    if op.get_context().dialect.name != "sqlite":
+        return
+    for name, _, _, _ in TRIGGERS:
+        op.execute(f"DROP TRIGGER IF EXISTS {name}")
