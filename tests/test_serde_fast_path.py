@@ -7,6 +7,10 @@ allows, truncated, with trailing bytes), both paths return type-exactly equal va
 bit patterns and dict key order included) or raise the same error. The stored bytes do not
 depend on ormsgpack. Examples pin down each known difference between the two libraries.
 
+The serializer only tries ormsgpack where it pays (`_worth_trying`: size and shape); that is
+a matter of speed, not of correctness, so these tests have it try every value, and check
+the choice itself separately.
+
 `CHECKPOINTER_FUZZ_EXAMPLES=20000` runs longer with fresh random seeds.
 """
 
@@ -46,6 +50,18 @@ PROPERTY = settings(
 SER = MsgpackSerializer(allowed_modules=[HERE])
 
 Typed = tuple[str, bytes]
+
+WORTH_TRYING = ms._worth_trying
+PLAIN_MIN_SIZE = ms._PLAIN_MIN_SIZE
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _try_every_value() -> Iterator[None]:
+    """ormsgpack gets every value, however small or shaped, so that it is compared on all."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ms, "_PLAIN_MIN_SIZE", 0)
+        patch.setattr(ms, "_worth_trying", lambda raw: True)
+        yield
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -496,24 +512,40 @@ def test_module_works_when_ormsgpack_cannot_be_imported() -> None:
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
 
 
+# ------------------------------------------------------------ what is worth trying
+
+
+_MESSAGES = [{"speaker": "tool", "content": f"text {i} " * 20, "id": f"m-{i}"} for i in range(20)]
+
+
 @pytest.mark.parametrize(
-    ("value", "opens"),
+    ("value", "tried"),
     [
-        ((1, 2), True),
-        (tuple(range(20)), True),  # array 16
-        (tuple(range(70000)), True),  # array 32
-        ({1, 2}, True),
-        (2**70, True),  # a leaf extension at the top
-        ([(1, 2)], False),  # only the first item of the top array is looked at
-        ([1, 2], False),
-        ([-44, -57], False),  # int8 payload bytes that look like extension heads
-        ({"a": (1,)}, False),
-        ("x", False),
+        (_MESSAGES, True),  # an array of maps
+        ({"messages": _MESSAGES}, True),
+        ([[m] for m in _MESSAGES], True),  # an array of arrays
+        ([(i, i) for i in range(300)], True),  # an array of tagged arrays: refused at once
+        (_MESSAGES[:2], False),  # too small to pay
+        ({"a": 1}, False),
+        (list(range(1000)), False),  # flat arrays of scalars: ormsgpack is no faster
+        (["x" * 10] * 200, False),
+        ("x" * 5000, False),
+        (tuple(_MESSAGES), False),  # tagged arrays: ormsgpack would refuse them
+        (tuple(range(70000)), False),  # array 32
+        (frozenset(range(1000)), False),
+        (2**8000, False),  # a leaf extension
     ],
 )
-def test_opens_with_extension(value: Any, opens: bool) -> None:
+def test_worth_trying(value: Any, tried: bool) -> None:
     raw = SER.dumps_typed(value)[1]
-    assert ms._opens_with_extension(raw) is opens
-    if opens:
-        with pytest.raises(ValueError):
-            ms._plain_unpackb(raw)
+    assert (len(raw) >= PLAIN_MIN_SIZE and WORTH_TRYING(raw)) is tried
+
+
+def test_large_plain_values_take_the_fast_path() -> None:
+    data = SER.dumps_typed({"messages": _MESSAGES, "turn": 3})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ms, "_PLAIN_MIN_SIZE", PLAIN_MIN_SIZE)
+        patch.setattr(ms, "_worth_trying", WORTH_TRYING)
+        assert ms._load_plain(data[1]) == {"messages": _MESSAGES, "turn": 3}
+        assert_identical(SER.loads_typed(data), {"messages": _MESSAGES, "turn": 3})
+        assert_identical(SER.fast_loader()(data), {"messages": _MESSAGES, "turn": 3})

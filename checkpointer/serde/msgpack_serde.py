@@ -443,7 +443,8 @@ class MsgpackSerializer:
         if not isinstance(raw, bytes | bytearray | memoryview):
             raise DeserializationError(f"expected bytes for tag {tag!r}, got {type(raw).__name__}")
         if tag == TAG_MSGPACK:
-            if type(raw) is bytes:  # ormsgpack reads any buffer, msgpack-python only byte ones
+            # ormsgpack reads any buffer, msgpack-python only byte ones.
+            if type(raw) is bytes and len(raw) >= _PLAIN_MIN_SIZE:
                 value = _load_plain(raw)
                 if value is not _NOT_PLAIN:
                     return value
@@ -490,9 +491,10 @@ class MsgpackSerializer:
                 if tag == TAG_NULL and raw == b"":  # a None value (often a channel's)
                     return None
                 return slow(data)
-            value = _load_plain(raw)
-            if value is not _NOT_PLAIN:
-                return value
+            if len(raw) >= _PLAIN_MIN_SIZE:
+                value = _load_plain(raw)
+                if value is not _NOT_PLAIN:
+                    return value
             value = unpackb(
                 raw,
                 ext_hook=ext_hook,
@@ -787,24 +789,43 @@ def _is_one_object(raw: bytes) -> bool:
     return True
 
 
-_EXTENSION_HEADS: Final = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
-_FIRST_ITEM_AT: Final = {**dict.fromkeys(range(0x91, 0xA0), 1), 0xDC: 3, 0xDD: 5}
-"""Where an array's first item starts, by the array's first byte (fixarray, array 16/32)."""
+_PLAIN_MIN_SIZE: Final = 1024
+"""Smaller values are left to msgpack-python: below this, checking that ormsgpack's result
+can be used costs about what ormsgpack saves. Checked by the callers of `_load_plain`, as
+even calling it shows on small values."""
+
+_MAP_HEADS: Final = frozenset({*range(0x80, 0x90), 0xDE, 0xDF})
+_CONTAINER_HEADS: Final = _MAP_HEADS | {*range(0x90, 0xA0), 0xDC, 0xDD}
 
 
-def _opens_with_extension(raw: bytes) -> bool:
-    """Whether `raw` is an extension, or an array whose first item is one (any tagged value:
-    a tuple, a dataclass, a message model...). ormsgpack would refuse those a few bytes in,
-    which still costs several times this look."""
-    head = raw[0]
-    if head in _EXTENSION_HEADS:
-        return True
-    at = _FIRST_ITEM_AT.get(head)
-    return at is not None and len(raw) > at and raw[at] in _EXTENSION_HEADS
+def _item_at(head: int) -> int:
+    """For a value's first byte: 0 for a map, where the first item starts for a non-empty
+    array (fixarray, array 16, array 32), -1 for anything else."""
+    if head in _MAP_HEADS:
+        return 0
+    if 0x91 <= head <= 0x9F:
+        return 1
+    return {0xDC: 3, 0xDD: 5}.get(head, -1)
+
+
+_ITEM_AT: Final = tuple(map(_item_at, range(256)))
+
+
+def _worth_trying(raw: bytes) -> bool:
+    """Whether ormsgpack is likely to read `raw` (non-empty) faster than msgpack-python,
+    judging by its first bytes: a map, or an array of maps or arrays.
+
+    That is where ormsgpack gains (it caches map keys and makes no Python call per array,
+    where our `list_hook` does); on flat arrays of scalars, single strings and the like it is
+    no faster, and the end check is a loss. An array whose first item is an extension is a
+    tagged value (a tuple, a dataclass...), which ormsgpack would refuse anyway."""
+    at = _ITEM_AT[raw[0]]
+    return at == 0 or (at > 0 and len(raw) > at and raw[at] in _CONTAINER_HEADS)
 
 
 def _load_plain(raw: bytes) -> Any:
-    """`raw` decoded by ormsgpack, or `_NOT_PLAIN` if it may differ from msgpack-python's.
+    """`raw` decoded by ormsgpack, or `_NOT_PLAIN` if it may differ from msgpack-python's
+    (or is not worth trying, see `_worth_trying`).
 
     Called without an `ext_hook`, ormsgpack refuses at the first extension, so everything
     our hooks would rebuild (tagged arrays, big ints, UUIDs...) takes the usual path, which
@@ -814,7 +835,7 @@ def _load_plain(raw: bytes) -> Any:
     except that it ignores bytes after the object: `_is_one_object` checks for those.
     """
     unpackb = _plain_unpackb
-    if unpackb is None or not raw or _opens_with_extension(raw):
+    if unpackb is None or not raw or not _worth_trying(raw):
         return _NOT_PLAIN
     try:
         value = unpackb(raw)
