@@ -389,6 +389,9 @@ DIFFERENCES: dict[str, bytes] = {
     "reserved byte": b"\xc1",
     "array32 claiming 4G items": b"\xdd\xff\xff\xff\xff",
     "str32 claiming 4 GB": b"\xdb\xff\xff\xff\xff",
+    "bin32 claiming 4 GB": b"\xc6\xff\xff\xff\xff",
+    "map32 claiming 4G pairs": b"\xdf\xff\xff\xff\xff" + b"\xa1a\x80" * 400,
+    "nested arrays claiming 256M items": b"\xdd\x10\x00\x00\x00" * 50 + b"\x80" * 1200,
     # Extensions: msgpack-python reads ext -1 as a Timestamp without asking ext_hook.
     "timestamp": _pack(msgpack.Timestamp(1, 0)),
     "timestamp key": b"\x81" + _pack(msgpack.Timestamp(1, 0)) + b"\x01",
