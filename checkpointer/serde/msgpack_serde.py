@@ -19,9 +19,9 @@ of the expected kind, so stored bytes can never make us call an arbitrary functi
 Speed: when ormsgpack is installed (it comes with LangGraph), values of 1 KB or more shaped
 like records (maps, arrays of maps) are first handed to it: without extensions it reads them
 1.3-1.6 times as fast. `_load_plain` says why what it returns is always what msgpack-python
-would have returned. Encoding always uses msgpack-python: our reused Packer is as fast as
-`ormsgpack.packb` on small values and faster on large ones, and ormsgpack would write its own
-`Ext` and `Fragment` objects verbatim where we refuse them.
+would have returned. Encoding always uses msgpack-python: `ormsgpack.packb` would be about
+twice as fast, but it writes its own `Ext` and `Fragment` objects verbatim wherever they sit
+in a value, where we refuse them (or use a codec), and no cheap check can rule them out.
 """
 
 from __future__ import annotations
