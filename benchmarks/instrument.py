@@ -10,11 +10,13 @@ counted separately, because savers that ask the driver for a transaction (psycop
 
 from __future__ import annotations
 
+import asyncio
 import cProfile
 import re
+import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,13 +63,66 @@ class StatementCounter:
 COUNTER = StatementCounter()
 
 
+class SqliteTracing:
+    """The sqlite3 trace callbacks, switched off while a thread is built.
+
+    sqlite3 calls the callback inside each statement, trigger programs included, and must
+    take the interpreter lock to do so: while LangGraph's other thread holds it, that can
+    wait a whole switch interval (5 ms). Timing puts with it on charges the instrument to
+    the side that runs more SQLite statements, so builds run untraced (on both sides) and
+    statements are counted on the reads only."""
+
+    def __init__(self) -> None:
+        self.on = True
+        # Each switch sets or clears one connection's callback; False once it is closed.
+        self._switches: list[Callable[[bool], bool]] = []
+
+    def add(self, switch: Callable[[bool], bool]) -> None:
+        if switch(self.on):
+            self._switches.append(switch)
+
+    @contextmanager
+    def off(self) -> Iterator[None]:
+        self._set(False)
+        try:
+            yield
+        finally:
+            self._set(True)
+
+    def _set(self, on: bool) -> None:
+        self.on = on
+        self._switches = [switch for switch in self._switches if switch(on)]
+
+
+SQLITE_TRACING = SqliteTracing()
+
+
 def trace_sqlite(conn: Any) -> None:
-    """Count every statement a sqlite3 connection executes."""
-    conn.set_trace_callback(COUNTER.record)
+    """Count every statement a sqlite3 connection executes (while tracing is on)."""
+
+    def switch(on: bool) -> bool:
+        try:
+            conn.set_trace_callback(COUNTER.record if on else None)
+        except sqlite3.ProgrammingError:  # closed since
+            return False
+        return True
+
+    SQLITE_TRACING.add(switch)
 
 
 async def atrace_aiosqlite(conn: Any) -> None:
-    await conn.set_trace_callback(COUNTER.record)
+    """`trace_sqlite` for an aiosqlite connection: switched through its own thread, on
+    the event loop the harness drives (never running while builds are switched)."""
+    loop = asyncio.get_running_loop()
+    await conn.set_trace_callback(COUNTER.record if SQLITE_TRACING.on else None)
+
+    def switch(on: bool) -> bool:
+        if getattr(conn, "_connection", None) is None or loop.is_closed():  # closed since
+            return False
+        loop.run_until_complete(conn.set_trace_callback(COUNTER.record if on else None))
+        return True
+
+    SQLITE_TRACING._switches.append(switch)
 
 
 def _query_text(query: Any) -> str:
