@@ -39,14 +39,21 @@ from checkpointer.serde import MsgpackSerializer
 from checkpointer.serde.compression import compress, load_typed
 from checkpointer.serde.encryption import EncryptedSerializer
 
-EXAMPLES = int(os.environ.get("CHECKPOINTER_FUZZ_EXAMPLES", "200"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize="CHECKPOINTER_FUZZ_EXAMPLES" not in os.environ,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+
+def example_settings(default_examples: int) -> settings:
+    """Hypothesis settings for the fuzz and property suites: derandomized and quick by
+    default; `CHECKPOINTER_FUZZ_EXAMPLES=N` runs N random examples per test instead."""
+    return settings(
+        max_examples=int(os.environ.get("CHECKPOINTER_FUZZ_EXAMPLES", default_examples)),
+        deadline=None,
+        database=None,
+        derandomize="CHECKPOINTER_FUZZ_EXAMPLES" not in os.environ,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+FUZZ = example_settings(200)
+EXAMPLES = FUZZ.max_examples
 FUZZ_HALF = settings(FUZZ, max_examples=max(1, EXAMPLES // 2))
 """For properties whose inputs are slow to generate (or covered elsewhere too)."""
 

@@ -17,7 +17,6 @@ the choice itself separately.
 from __future__ import annotations
 
 import math
-import os
 import struct
 import subprocess
 import sys
@@ -28,24 +27,18 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from checkpointer.errors import DeserializationError
 from checkpointer.serde import MsgpackSerializer
 from checkpointer.serde import msgpack_serde as ms
+from tests.test_fuzz import example_settings
 from tests.test_serde import HERE, assert_same, values
 
 pytestmark = pytest.mark.skipif(ms._plain_unpackb is None, reason="ormsgpack is not installed")
 
-EXAMPLES = int(os.environ.get("CHECKPOINTER_FUZZ_EXAMPLES", "300"))
-PROPERTY = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize="CHECKPOINTER_FUZZ_EXAMPLES" not in os.environ,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+PROPERTY = example_settings(300)
 
 SER = MsgpackSerializer(allowed_modules=[HERE])
 

@@ -60,6 +60,25 @@ def _record_size(row: str) -> str:
     return f"length(CAST({row}.checkpoint AS BLOB)) + length(CAST({row}.metadata AS BLOB))"
 
 
+def _value_triggers(table: str) -> tuple[tuple[str, str, str, str], ...]:
+    """A value table's rows count their bytes (a NULL blob counts none)."""
+    size = "coalesce(length({row}.blob), 0)"
+    return (
+        (
+            f"{table}_summary_insert",
+            "AFTER INSERT",
+            table,
+            _ADD.format(head="NULL", count="0", size=size.format(row="NEW")),
+        ),
+        (
+            f"{table}_summary_update",
+            "AFTER UPDATE OF blob",
+            table,
+            _RESIZE.format(new=size.format(row="NEW"), old=size.format(row="OLD")),
+        ),
+    )
+
+
 # (name, event, table, body): every body is one statement.
 TRIGGERS = (
     (
@@ -78,29 +97,10 @@ TRIGGERS = (
         "checkpointer_checkpoints",
         _RESIZE.format(new=_record_size("NEW"), old=_record_size("OLD")),
     ),
-    (
-        "checkpointer_blobs_summary_insert",
-        "AFTER INSERT",
-        "checkpointer_blobs",
-        _ADD.format(head="NULL", count="0", size="coalesce(length(NEW.blob), 0)"),
-    ),
-    (
-        "checkpointer_blobs_summary_update",
-        "AFTER UPDATE OF blob",
-        "checkpointer_blobs",
-        _RESIZE.format(new="coalesce(length(NEW.blob), 0)", old="coalesce(length(OLD.blob), 0)"),
-    ),
-    (
-        "checkpointer_writes_summary_insert",
-        "AFTER INSERT",
-        "checkpointer_writes",
-        _ADD.format(head="NULL", count="0", size="coalesce(length(NEW.blob), 0)"),
-    ),
-    (
-        "checkpointer_writes_summary_update",
-        "AFTER UPDATE OF blob",
-        "checkpointer_writes",
-        _RESIZE.format(new="coalesce(length(NEW.blob), 0)", old="coalesce(length(OLD.blob), 0)"),
+    *(
+        trigger
+        for table in ("checkpointer_blobs", "checkpointer_writes")
+        for trigger in _value_triggers(table)
     ),
 )
 
