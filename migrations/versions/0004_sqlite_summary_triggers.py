@@ -32,46 +32,49 @@ depends_on = None
 # checkpointer/savers/sql/schema.py, change build_metadata() to match, and extend
 # tests/test_sql_migrations.py (upgrade from the previous revision keeps data).
 
-_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+# The trigger texts are kept short: SQLite stores them in its schema page, which every
+# database file carries.
+_NOW = "strftime('%Y-%m-%d %H:%M:%f')"
 
-# Adds (head, count, bytes) to a thread's row, creating it if needed. The head moves
-# forward only and only for root-namespace checkpoints (head NULL leaves it alone).
-_ADD = (
-    "INSERT INTO checkpointer_threads (thread_id, head_checkpoint_id, checkpoint_count, "
-    "bytes, created_at, updated_at) SELECT NEW.thread_id, {head}, {count}, {size}, "
-    f"{_NOW}, {_NOW} WHERE true "
-    "ON CONFLICT (thread_id) DO UPDATE SET "
-    "head_checkpoint_id = CASE WHEN excluded.head_checkpoint_id IS NULL "
-    "THEN checkpointer_threads.head_checkpoint_id "
-    "WHEN checkpointer_threads.head_checkpoint_id IS NULL "
-    "OR excluded.head_checkpoint_id > checkpointer_threads.head_checkpoint_id "
-    "THEN excluded.head_checkpoint_id ELSE checkpointer_threads.head_checkpoint_id END, "
-    "checkpoint_count = checkpointer_threads.checkpoint_count + excluded.checkpoint_count, "
-    "bytes = checkpointer_threads.bytes + excluded.bytes"
+# A new checkpoint: one more, its bytes, and the head, which moves forward only and only
+# for root-namespace checkpoints (a NULL head leaves it alone). In DO UPDATE a bare column
+# is the stored row's.
+_ADD_CHECKPOINT = (
+    "INSERT INTO checkpointer_threads(thread_id,head_checkpoint_id,checkpoint_count,"
+    "bytes,created_at,updated_at)VALUES(NEW.thread_id,CASE WHEN NEW.checkpoint_ns='' THEN "
+    f"NEW.checkpoint_id END,1,{{size}},{_NOW},{_NOW})ON CONFLICT(thread_id)DO UPDATE SET "
+    "head_checkpoint_id=CASE WHEN head_checkpoint_id IS NULL OR excluded.head_checkpoint_id"
+    ">head_checkpoint_id THEN excluded.head_checkpoint_id ELSE head_checkpoint_id END,"
+    "checkpoint_count=checkpoint_count+1,bytes=bytes+excluded.bytes"
 )
 
-_RESIZE = (
-    "UPDATE checkpointer_threads SET bytes = bytes + ({new}) - ({old}) "
-    "WHERE thread_id = NEW.thread_id"
+# A new value row or pending write: its bytes.
+_ADD_VALUE = (
+    "INSERT INTO checkpointer_threads(thread_id,bytes,created_at,updated_at)VALUES("
+    f"NEW.thread_id,{{size}},{_NOW},{_NOW})ON CONFLICT(thread_id)DO UPDATE SET "
+    "bytes=bytes+excluded.bytes"
 )
+
+# A row rewritten in place: the change in its size.
+_RESIZE = "UPDATE checkpointer_threads SET bytes=bytes+{new}-({old})WHERE thread_id=NEW.thread_id"
 
 
 def _record_size(row: str) -> str:
-    return f"length(CAST({row}.checkpoint AS BLOB)) + length(CAST({row}.metadata AS BLOB))"
+    return f"length(CAST({row}.checkpoint AS BLOB))+length(CAST({row}.metadata AS BLOB))"
 
 
 def _value_triggers(table: str) -> tuple[tuple[str, str, str, str], ...]:
     """A value table's rows count their bytes (a NULL blob counts none)."""
-    size = "coalesce(length({row}.blob), 0)"
+    size = "ifnull(length({row}.blob),0)"
     return (
         (
-            f"{table}_summary_insert",
+            f"{table}_ai",
             "AFTER INSERT",
             table,
-            _ADD.format(head="NULL", count="0", size=size.format(row="NEW")),
+            _ADD_VALUE.format(size=size.format(row="NEW")),
         ),
         (
-            f"{table}_summary_update",
+            f"{table}_au",
             "AFTER UPDATE OF blob",
             table,
             _RESIZE.format(new=size.format(row="NEW"), old=size.format(row="OLD")),
@@ -79,20 +82,17 @@ def _value_triggers(table: str) -> tuple[tuple[str, str, str, str], ...]:
     )
 
 
-# (name, event, table, body): every body is one statement.
+# (name, event, table, body): every body is one statement. Names end in _ai (after insert)
+# and _au (after update).
 TRIGGERS = (
     (
-        "checkpointer_checkpoints_summary_insert",
+        "checkpointer_checkpoints_ai",
         "AFTER INSERT",
         "checkpointer_checkpoints",
-        _ADD.format(
-            head="CASE WHEN NEW.checkpoint_ns = '' THEN NEW.checkpoint_id END",
-            count="1",
-            size=_record_size("NEW"),
-        ),
+        _ADD_CHECKPOINT.format(size=_record_size("NEW")),
     ),
     (
-        "checkpointer_checkpoints_summary_update",
+        "checkpointer_checkpoints_au",
         "AFTER UPDATE OF checkpoint, metadata",
         "checkpointer_checkpoints",
         _RESIZE.format(new=_record_size("NEW"), old=_record_size("OLD")),
