@@ -77,8 +77,10 @@ class SqliteTracing:
         # Each switch sets or clears one connection's callback; False once it is closed.
         self._switches: list[Callable[[bool], bool]] = []
 
-    def add(self, switch: Callable[[bool], bool]) -> None:
-        if switch(self.on):
+    def add(self, switch: Callable[[bool], bool], *, applied: bool = False) -> None:
+        """Keep `switch`, setting the current state through it unless `applied` says the
+        caller already did."""
+        if applied or switch(self.on):
             self._switches.append(switch)
 
     @contextmanager
@@ -122,7 +124,7 @@ async def atrace_aiosqlite(conn: Any) -> None:
         loop.run_until_complete(conn.set_trace_callback(COUNTER.record if on else None))
         return True
 
-    SQLITE_TRACING._switches.append(switch)
+    SQLITE_TRACING.add(switch, applied=True)
 
 
 def _query_text(query: Any) -> str:
