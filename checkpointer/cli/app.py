@@ -14,6 +14,7 @@ from checkpointer.cli.manage_cmds import copy, delete, delete_runs, fork, prune
 from checkpointer.cli.read_cmds import diff, history, show, stats, threads
 from checkpointer.cli.setup_cmds import demo, migrate
 from checkpointer.cli.transfer_cmds import export_cmd, import_cmd, import_langgraph
+from checkpointer.cli.ui_cmd import ui
 
 TRACEBACK_ENV = "CHECKPOINTER_TRACEBACK"
 
@@ -78,5 +79,6 @@ for command in (
     import_langgraph,
     migrate,
     demo,
+    ui,
 ):
     main.add_command(command)
