@@ -71,3 +71,4 @@ def ui(
         if not no_browser:
             webbrowser.open(bound.url)
         serve(source, bound)
+
