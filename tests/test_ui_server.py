@@ -16,7 +16,7 @@ from checkpointer.graph import END, START, StateGraph
 from checkpointer.inspect import Database
 from checkpointer.savers.sql.inspect import existing_threads_plan
 from checkpointer.savers.sqlite import SqliteSaver
-from checkpointer.types import make_config
+from checkpointer.types import empty_checkpoint, make_config
 from checkpointer.ui.app import create_app
 from checkpointer.ui.data import DatabaseSource, ReadOnlyError
 from checkpointer.ui.security import allowed_hosts
@@ -260,3 +260,26 @@ def test_thread_list_pages_sorts_and_searches(tmp_path: Path) -> None:
         assert "10 thread(s)" in found and found.count('class="thread-link"') == 10
         page = source.threads(sort="id", query="", offset=0, limit=5)
         assert [t.thread_id for t in page.threads] == [f"t-{i:04d}" for i in range(5)]
+
+
+def test_subgraph_namespaces_are_reachable(tmp_path: Path) -> None:
+    path = tmp_path / "ns.db"
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        for ns, note in (("", "parent"), ("inner:1", "child <b>state</b>")):
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"note": note}
+            checkpoint["channel_versions"] = {"note": "1"}
+            saver.put(
+                {"configurable": {"thread_id": "nested", "checkpoint_ns": ns}},
+                checkpoint,
+                {"source": "loop", "step": 0, "parents": {}},
+                {"note": "1"},
+            )
+    with source_on(path) as source:
+        client = _client(source)
+        page = client.get("/?thread=nested").text
+        assert 'href="/?thread=nested&amp;ns=inner%3A1"' in page
+        inner = client.get("/?thread=nested&ns=inner:1").text
+        head = inner.split('data-selected="')[1].split('"')[0]
+        fragment = client.get(f"/frag/checkpoint?thread=nested&ns=inner:1&c={head}").text
+        assert "child &lt;b&gt;state&lt;/b&gt;" in fragment and "inner:1" in fragment
