@@ -283,3 +283,13 @@ def test_subgraph_namespaces_are_reachable(tmp_path: Path) -> None:
         head = inner.split('data-selected="')[1].split('"')[0]
         fragment = client.get(f"/frag/checkpoint?thread=nested&ns=inner:1&c={head}").text
         assert "child &lt;b&gt;state&lt;/b&gt;" in fragment and "inner:1" in fragment
+
+
+def test_the_token_redirect_stays_on_this_server(demo: tuple[Path, str]) -> None:
+    with source_on(demo[0]) as source:
+        anon = _client(source, authed=False)
+        response = anon.get(f"//evil.example/?token={TOKEN}")
+        assert response.status_code == 303
+        assert response.headers["location"].startswith("/") and not response.headers[
+            "location"
+        ].startswith("//")

@@ -71,4 +71,3 @@ def ui(
         if not no_browser:
             webbrowser.open(bound.url)
         serve(source, bound)
-

@@ -107,12 +107,17 @@ class Handlers:
                 "selected": None,
             }
             if thread:
-                tree = self.source.tree(thread, ns)
+                try:
+                    tree = self.source.tree(thread, ns)
+                except (UnknownThreadError, CheckpointNotFoundError) as exc:
+                    context["error"] = " ".join(str(exc).split())
+                    return context
                 context["tree"] = tree_view(self.source, tree)
                 context["selected"] = selected if selected in tree.nodes else tree.latest
             return context
 
-        return self.render("page.html", **await run_in_threadpool(work))
+        context = await run_in_threadpool(work)
+        return self.render("page.html", 404 if "error" in context else 200, **context)
 
     async def checkpoint(self, request: Request) -> Response:
         q = request.query_params

@@ -107,7 +107,8 @@ class TokenGuard:
         if from_query and method in SAFE_METHODS:
             # Trade the token in the address bar for a cookie, and drop it from the URL.
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-            location = scope["path"] + (f"?{rest}" if rest else "")
+            # One leading slash: `//host/...` would send the browser to another site.
+            location = "/" + scope["path"].lstrip("/\\") + (f"?{rest}" if rest else "")
             response: Response = RedirectResponse(location, status_code=303)
             response.set_cookie(
                 self.cookie_name, self.token, httponly=True, samesite="strict", path="/"
