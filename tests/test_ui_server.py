@@ -20,6 +20,7 @@ from checkpointer.types import empty_checkpoint, make_config
 from checkpointer.ui.app import create_app
 from checkpointer.ui.data import DatabaseSource, ReadOnlyError
 from checkpointer.ui.security import allowed_hosts
+from checkpointer.ui.tree import Run
 from tests.ui_support import (
     SCRIPT,
     SCRIPT_THREAD,
@@ -293,3 +294,32 @@ def test_the_token_redirect_stays_on_this_server(demo: tuple[Path, str]) -> None
         assert response.headers["location"].startswith("/") and not response.headers[
             "location"
         ].startswith("//")
+
+
+def test_a_selected_checkpoint_inside_a_collapsed_run_is_drawn(
+    client: TestClient, demo: tuple[Path, str]
+) -> None:
+    with source_on(demo[0]) as source:
+        tree = source.tree(demo[1], "")
+    longest = max((r for r in _runs(tree.forest)), key=lambda r: len(r.ids))
+    first, hidden, _ = longest.visible()
+    assert hidden > 0
+    middle = longest.ids[len(first) + hidden // 2]
+    plain = client.get(f"/?thread={demo[1]}").text
+    assert f'data-id="{middle}"' not in plain
+    focused = client.get(f"/?thread={demo[1]}&c={middle}").text
+    assert f'data-id="{middle}"' in focused and focused.count('class="more"') >= 2
+    # A gap loads in pages and offers the rest.
+    gap = client.get(
+        f"/frag/run?thread={demo[1]}&first={longest.first}&start={len(first)}&count={hidden}"
+    ).text
+    assert gap.count('<li class="node') == min(hidden, 200)
+
+
+def _runs(forest: list[Run]) -> list[Run]:
+    out, stack = [], list(forest)
+    while stack:
+        run = stack.pop()
+        out.append(run)
+        stack.extend(run.children)
+    return out

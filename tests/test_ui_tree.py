@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +118,22 @@ def test_a_parent_loop_or_missing_parent_still_draws() -> None:
     forest = build_runs(parents)
     seen = sorted(cid for run in _all_runs(forest) for cid in run.ids)
     assert seen == ["a", "b", "c", "d"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 400), st.data())
+def test_segments_tile_the_run_and_show_the_focus(n: int, data: st.DataObject) -> None:
+    run = Run(_ids(n))
+    focus = data.draw(st.none() | st.sampled_from(run.ids))
+    segments = run.segments(focus)
+    assert segments[0].start == 0 and segments[-1].stop == n
+    for a, b in pairwise(segments):
+        assert a.stop == b.start and a.kind != b.kind
+    shown = {c for s in segments if s.kind == "rows" for c in run.ids[s.start : s.stop]}
+    assert run.ids[0] in shown and run.ids[-1] in shown
+    if focus is not None:
+        assert focus in shown
+    if n <= COLLAPSE_OVER:
+        assert [s.kind for s in segments] == ["rows"]
+    elif focus is None:
+        assert [s.size for s in segments] == [HEAD_KEEP, n - HEAD_KEEP - TAIL_KEEP, TAIL_KEEP]

@@ -36,7 +36,7 @@ from checkpointer.ui.pages import (
     tree_view,
 )
 from checkpointer.ui.security import TokenGuard
-from checkpointer.ui.tree import HEAD_KEEP, find_run
+from checkpointer.ui.tree import find_run
 from checkpointer.ui.values import value_html
 
 HERE = Path(__file__).parent
@@ -112,8 +112,9 @@ class Handlers:
                 except (UnknownThreadError, CheckpointNotFoundError) as exc:
                     context["error"] = " ".join(str(exc).split())
                     return context
-                context["tree"] = tree_view(self.source, tree)
-                context["selected"] = selected if selected in tree.nodes else tree.latest
+                chosen = selected if selected in tree.nodes else tree.latest
+                context["tree"] = tree_view(self.source, tree, chosen)
+                context["selected"] = chosen
             return context
 
         context = await run_in_threadpool(work)
@@ -150,25 +151,23 @@ class Handlers:
         return self.render("diff.html", diff=page, thread=thread, ns=ns)
 
     async def run_rows(self, request: Request) -> Response:
-        """The next checkpoints of a collapsed run's middle."""
+        """The next checkpoints of a collapsed run's gap: `count` of them from `start`."""
         q = request.query_params
         thread, ns, first = q.get("thread", ""), q.get("ns", ""), q.get("first", "")
-        offset = _int(q.get("offset"), 0)
+        start, count = _int(q.get("start"), 0), _int(q.get("count"), 0)
 
         def work() -> dict[str, Any]:
             tree = self.source.tree(thread, ns)
             run = find_run(tree.forest, first)
             if run is None:
                 raise CheckpointNotFoundError(f"no run starting at {first!r} in {thread!r}")
-            _, hidden, _ = run.visible()
-            start = HEAD_KEEP + offset
-            stop = HEAD_KEEP + min(hidden, offset + RUN_PAGE)
-            rows = node_rows(self.source, tree, run.ids[start:stop])
-            left = hidden - (stop - HEAD_KEEP)
+            stop = min(len(run.ids), start + count)
+            page_stop = min(stop, start + RUN_PAGE)
+            rows = node_rows(self.source, tree, run.ids[start:page_stop])
             return {
                 "rows": rows,
-                "left": left,
-                "next_offset": offset + RUN_PAGE,
+                "left": stop - page_stop,
+                "next_start": page_stop,
                 "first": first,
                 "thread": thread,
                 "ns": ns,

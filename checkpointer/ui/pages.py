@@ -52,15 +52,24 @@ class NodeRow:
 
 
 @dataclass(slots=True)
+class DrawnPart:
+    """A stretch of a run: rows shown, or a gap of `count` checkpoints from `start` that
+    loads on click (`steps`: the first and last step hidden)."""
+
+    kind: str
+    rows: list[NodeRow]
+    start: int
+    count: int
+    steps: tuple[str, str] | None = None
+
+
+@dataclass(slots=True)
 class DrawnRun:
-    """One run of the tree as drawn: rows shown first, a gap to load, rows shown last."""
+    """One run of the tree as drawn."""
 
     depth: int
     first: str
-    head: list[NodeRow]
-    hidden: int
-    tail: list[NodeRow]
-    hidden_steps: tuple[str, str] | None = None
+    parts: list[DrawnPart]
 
 
 @dataclass(slots=True)
@@ -86,15 +95,18 @@ def node_rows(source: Source, tree: ThreadTree, ids: list[str]) -> list[NodeRow]
     ]
 
 
-def tree_view(source: Source, tree: ThreadTree) -> TreeView:
-    """The drawn tree: every run's visible checkpoints with their entries (only those are
-    read in full), gaps for the collapsed middles, a label where each branch starts."""
+def tree_view(source: Source, tree: ThreadTree, focus: str | None = None) -> TreeView:
+    """The drawn tree: every run's shown checkpoints with their entries (only those are
+    read in full), gaps for the collapsed middles, a label where each branch starts.
+    `focus` (the selected checkpoint) is shown even inside a collapsed run."""
     rows: list[Row] = layout(tree.forest)
+    plans = {id(r.run): r.run.segments(focus) for r in rows if r.run is not None}
     wanted: list[str] = []
     for row in rows:
         if row.run is not None:
-            first, _, last = row.run.visible()
-            wanted += first + last
+            for seg in plans[id(row.run)]:
+                if seg.kind == "rows":
+                    wanted += row.run.ids[seg.start : seg.stop]
     by_id = {r.id: r for r in node_rows(source, tree, wanted)}
     items: list[DrawnRun | DrawnBranch] = []
     for row in rows:
@@ -104,17 +116,19 @@ def tree_view(source: Source, tree: ThreadTree) -> TreeView:
             items.append(DrawnBranch(row.depth, row.fork_point, step_label(step)))
             continue
         assert row.run is not None
-        first, hidden, last = row.run.visible()
-        drawn = DrawnRun(
-            row.depth, row.run.first, [by_id[c] for c in first], hidden, [by_id[c] for c in last]
-        )
-        if hidden:
-            gap = row.run.ids[len(first) : len(first) + hidden]
-            drawn.hidden_steps = (
-                step_label(tree.nodes[gap[0]].metadata.get("step")),
-                step_label(tree.nodes[gap[-1]].metadata.get("step")),
-            )
-        items.append(drawn)
+        run = row.run
+        parts: list[DrawnPart] = []
+        for seg in plans[id(run)]:
+            ids = run.ids[seg.start : seg.stop]
+            if seg.kind == "rows":
+                parts.append(DrawnPart("rows", [by_id[c] for c in ids], seg.start, seg.size))
+            else:
+                steps = (
+                    step_label(tree.nodes[ids[0]].metadata.get("step")),
+                    step_label(tree.nodes[ids[-1]].metadata.get("step")),
+                )
+                parts.append(DrawnPart("gap", [], seg.start, seg.size, steps))
+        items.append(DrawnRun(row.depth, run.first, parts))
     return TreeView(tree, items, tree.heads, len(tree.nodes))
 
 

@@ -21,6 +21,8 @@ TAIL_KEEP = 6
 """Checkpoints shown at the end of a collapsed run (the newest, where people look first)."""
 COLLAPSE_OVER = 16
 """Runs longer than this are collapsed."""
+FOCUS_KEEP = 3
+"""Checkpoints shown on each side of a selected one inside a collapsed run."""
 
 
 @dataclass(slots=True)
@@ -45,6 +47,45 @@ class Run:
             return self.ids, 0, []
         hidden = len(self.ids) - HEAD_KEEP - TAIL_KEEP
         return self.ids[:HEAD_KEEP], hidden, self.ids[-TAIL_KEEP:]
+
+    def segments(self, focus: str | None = None) -> list[Segment]:
+        """The run as drawn: shown stretches and hidden gaps, in order. A collapsed run
+        shows its start, its end and, when `focus` (a selected checkpoint) is in the middle,
+        a few checkpoints around it."""
+        n = len(self.ids)
+        if n <= COLLAPSE_OVER:
+            return [Segment("rows", 0, n)]
+        shown = [(0, HEAD_KEEP), (n - TAIL_KEEP, n)]
+        if focus is not None and focus in self.ids:
+            i = self.ids.index(focus)
+            shown.append((max(0, i - FOCUS_KEEP), min(n, i + FOCUS_KEEP + 1)))
+        merged: list[tuple[int, int]] = []
+        for start, stop in sorted(shown):
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+            else:
+                merged.append((start, stop))
+        out: list[Segment] = []
+        cursor = 0
+        for start, stop in merged:
+            if start > cursor:
+                out.append(Segment("gap", cursor, start))
+            out.append(Segment("rows", start, stop))
+            cursor = stop
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Checkpoints `ids[start:stop]` of a run, shown (`rows`) or left to load (`gap`)."""
+
+    kind: str
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
 
 
 def children_map(parents: Mapping[str, str | None]) -> dict[str, list[str]]:

@@ -59,7 +59,12 @@
   async function more(button) {
     const li = button.closest("li");
     const html = await fetchText(
-      "/frag/run?" + params({ first: button.dataset.first, offset: button.dataset.offset })
+      "/frag/run?" +
+        params({
+          first: button.dataset.first,
+          start: button.dataset.start,
+          count: button.dataset.count,
+        })
     );
     li.insertAdjacentHTML("beforebegin", html);
     li.remove();
