@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from pathlib import Path
+import tempfile
+from collections.abc import Callable
 from typing import TextIO
 
 import click
@@ -31,15 +33,18 @@ from checkpointer.savers.sql.migration import parse_url
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, writable=True),
+    type=click.Path(dir_okay=False),
     default=None,
-    help="Write here (atomically) instead of standard output.",
+    help="Write here (atomically) instead of standard output; never over the database, "
+    "and over an existing file only with --force.",
 )
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
 @database_options
 def export_cmd(
     thread_ids: tuple[str, ...],
     all_threads: bool,
     output: str | None,
+    force: bool,
     url: str | None,
     schema: str | None,
 ) -> None:
@@ -50,6 +55,8 @@ def export_cmd(
     """
     if bool(thread_ids) == all_threads:
         raise CliError("name the threads to export, or pass --all (not both)")
+    if output is not None:
+        check_output_path(output, url, force=force)
     with open_database(url, schema) as db:
         threads = db.run(all_thread_ids_plan(db.dialect)) if all_threads else list(thread_ids)
         if not all_threads:
@@ -63,18 +70,86 @@ def export_cmd(
                 counts = write(sys.stdout)
                 sys.stdout.flush()
             else:
-                tmp = Path(f"{output}.partial")
-                try:
-                    with tmp.open("w", encoding="ascii", newline="\n") as out:
-                        counts = write(out)
-                    os.replace(tmp, output)
-                finally:
-                    tmp.unlink(missing_ok=True)
+                counts = write_atomically(output, write, force=force)
     stderr_console().print(
         f"exported {counts.threads} thread(s): {counts.checkpoints} checkpoints, "
         f"{counts.blobs} values, {counts.writes} writes"
         + (f" to {escape(output)}" if output else "")
     )
+
+
+def _sqlite_files(url: str | None) -> list[str]:
+    """The files a SQLite database URL stands for (main file, journal, WAL, shared memory);
+    nothing for PostgreSQL or an in-memory database."""
+    if not url:
+        return []
+    try:
+        kind, target = parse_url(url)
+    except ValueError:
+        return []
+    if kind != "sqlite" or target in ("", ":memory:") or target.startswith("file:"):
+        return []
+    return [target, *(f"{target}{suffix}" for suffix in ("-journal", "-wal", "-shm"))]
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def check_output_path(output: str, url: str | None, *, force: bool) -> None:
+    """Refuse an output path that is the source database (or one of its side files, found
+    by inode so another name for the same file is caught too), a directory, or an existing
+    file unless `force`."""
+    for db_file in _sqlite_files(url):
+        if _same_file(output, db_file):
+            raise CliError(f"refusing to write the export over the database it reads ({db_file})")
+    if os.path.isdir(output):
+        raise CliError(f"{output!r} is a directory")
+    if os.path.lexists(output) and not force:
+        raise CliError(f"{output!r} already exists; pass --force to replace it")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise CliError(f"no such directory: {parent!r}")
+
+
+def write_atomically(
+    output: str, write: Callable[[TextIO], TransferCounts], *, force: bool
+) -> TransferCounts:
+    """`write` into a fresh temporary file beside `output`, then move it into place: a
+    failed export leaves no half file, and no other file (an `output.partial` of the
+    user's, say) is touched. Without `force` the move refuses to replace a file that
+    appeared meanwhile."""
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(output)}.",
+        suffix=".partial",
+        dir=os.path.dirname(os.path.abspath(output)),
+    )
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # what a plain open() would have given
+        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as out:
+            counts = write(out)
+        if force:
+            os.replace(tmp, output)
+        else:
+            try:
+                os.link(tmp, output)  # fails if output exists: no silent overwrite
+            except FileExistsError as exc:
+                raise CliError(f"{output!r} already exists; pass --force to replace it") from exc
+            except OSError:
+                if os.path.lexists(output):
+                    raise CliError(
+                        f"{output!r} already exists; pass --force to replace it"
+                    ) from None
+                os.replace(tmp, output)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return counts
 
 
 @click.command("import", short_help="Import a JSONL file written by export.")
