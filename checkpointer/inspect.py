@@ -30,16 +30,28 @@ from checkpointer.channels import (
     DeltaSnapshot,
 )
 from checkpointer.errors import CheckpointerError, CheckpointNotFoundError, DeserializationError
+from checkpointer.reader import (
+    ENCRYPTED_NO_KEY,
+    DatabaseUnavailableError,
+    Loaded,
+    Reader,
+    ReadOnlyError,
+    UnknownThreadError,
+    Unloadable,
+    raw_size,
+)
 from checkpointer.replay import channel_from_history
 from checkpointer.savers.sql.core import Dialect, Op, Plan
 from checkpointer.savers.sql.inspect import (
-    SNAPSHOT_PREFIX,
     Ancestor,
     Footprint,
     RawHistoryRow,
     RawTuple,
     RawWrite,
     SkeletonNode,
+    Stats,
+    ThreadSummary,
+    all_thread_ids_plan,
     ancestors_plan,
     existing_threads_plan,
     footprint_plan,
@@ -47,23 +59,44 @@ from checkpointer.savers.sql.inspect import (
     raw_tuple_plan,
     raw_writes_plan,
     resolve_checkpoint_plan,
+    skeleton_plan,
+    snapshot_marked,
+    stats_plan,
+    thread_summaries_plan,
 )
 from checkpointer.savers.sql.migration import check_revision, parse_url
 from checkpointer.savers.sql.saver import SyncExecutor, SyncSqlSaver
 from checkpointer.serde import MsgpackSerializer
+from checkpointer.serde.compression import decompress_typed
 from checkpointer.types import INTERRUPT, DeltaChannelHistory, make_config
+
+TAG_ENCRYPTED = "aesgcm"  # the encrypted serializer's tag (checkpointer.serde.encryption)
 
 T = TypeVar("T")
 AnyChannel = BaseChannel[Any, Any, Any]
 MAX_WALK = 10_000_000
 
 
-class UnknownThreadError(CheckpointerError, LookupError):
-    """A thread id names no thread in the database."""
+@contextmanager
+def open_reader(
+    url: str,
+    *,
+    schema: str | None = None,
+    serde: MsgpackSerializer | None = None,
+) -> Iterator[Reader]:
+    """A read-only `Reader` of the database at `url`: our schema, or the tables of
+    LangGraph's own SQLite or PostgreSQL saver (told apart by what the database holds).
+    Nothing it does can change the database. SchemaVersionError when it holds neither.
+    """
+    from checkpointer.inspect_langgraph import LangGraphReader, has_langgraph_tables
 
-
-class DatabaseUnavailableError(CheckpointerError):
-    """The database could not be opened or reached."""
+    with Database.open(url, schema=schema, serde=serde, readonly=True) as db:
+        found = db.revision()
+        if found is None and has_langgraph_tables(db):
+            yield LangGraphReader.over(db)
+            return
+        check_revision(found, where=db.where)
+        yield db
 
 
 def mask_url(url: str) -> str:
@@ -88,38 +121,41 @@ def with_langgraph_types(serde: MsgpackSerializer) -> MsgpackSerializer | None:
     return langgraph_serializer(serde)
 
 
-@dataclass(frozen=True, slots=True)
-class Unloadable:
-    """A stored value that could not be loaded (class not allowed, corrupt bytes)."""
-
-    type: str
-    size: int
-    reason: str
-
-    def __repr__(self) -> str:
-        return f"<unloadable value ({self.size} bytes): {self.reason}>"
-
-
 # --------------------------------------------------------------------------- database
 class Database:
-    """An open checkpoint database: runs plans, loads values leniently, and offers the
-    saver for lifecycle operations (delete, copy, prune)."""
+    """An open checkpoint database of our schema: runs plans, loads values leniently, and
+    (unless opened read-only) offers the saver for lifecycle operations (delete, copy,
+    prune). Implements `checkpointer.reader.Reader`."""
+
+    kind = "checkpointer"
 
     def __init__(
         self,
         *,
         dialect: Dialect,
         executor: SyncExecutor,
-        saver: SyncSqlSaver,
+        saver: SyncSqlSaver | None,
         where: str,
         serde: MsgpackSerializer,
     ) -> None:
         self.dialect = dialect
         self.executor = executor
-        self.saver = saver
+        self._saver = saver
         self.where = where
         self.serde = serde
+        self.value_serde: Any = None
+        """A serializer holding the user's keys (see `with_keys`), tried on encrypted values."""
         self._langgraph_tried = False
+
+    @property
+    def readonly(self) -> bool:
+        return self._saver is None
+
+    @property
+    def saver(self) -> SyncSqlSaver:
+        if self._saver is None:
+            raise ReadOnlyError(f"{self.where} was opened read-only")
+        return self._saver
 
     @classmethod
     @contextmanager
@@ -130,13 +166,16 @@ class Database:
         schema: str | None = None,
         create: bool = False,
         serde: MsgpackSerializer | None = None,
+        readonly: bool = False,
     ) -> Iterator[Database]:
         """Open `url` (a SQLite path, `sqlite:///path`, or `postgresql://...`; `schema`
         applies to PostgreSQL only).
 
         A SQLite file that does not exist is an error unless `create` is set: a typo must
         not leave an empty database behind. A PostgreSQL server that does not answer is one
-        clear error, not a connection-pool timeout.
+        clear error, not a connection-pool timeout. `readonly` opens the database so that
+        nothing can change it (SQLite `mode=ro` and `query_only`, no journal-mode switch;
+        PostgreSQL read-only transactions) and offers no saver.
         """
         serde = serde or tool_serializer()
         try:
@@ -144,10 +183,10 @@ class Database:
         except ValueError as exc:
             raise DatabaseUnavailableError(str(exc)) from exc
         if kind == "postgres":
-            with _open_postgres(target, schema or "public", serde) as db:
+            with _open_postgres(target, schema, serde, readonly) as db:
                 yield db
             return
-        with _open_sqlite(target, create, serde) as db:
+        with _open_sqlite(target, create and not readonly, serde, readonly) as db:
             yield db
 
     def run(self, plan: Plan[T], *, txn: bool = False) -> T:
@@ -173,11 +212,24 @@ class Database:
         else:
             check_revision(found, where=self.where)
 
-    # ------------------------------------------------------------------ lookups
-    def load(self, raw: tuple[str, bytes]) -> Any:
+    # ------------------------------------------------------------------ values
+    def load(self, raw: Any) -> Any:
         """A stored value, or an `Unloadable` saying why it cannot be shown."""
+        if isinstance(raw, Loaded):
+            return raw.value
         try:
-            return self.serde.loads_typed(raw)
+            pair = decompress_typed(raw)
+        except DeserializationError as exc:
+            return Unloadable(str(raw[0]), raw_size(raw), one_line(str(exc)))
+        if pair[0] == TAG_ENCRYPTED:
+            if self.value_serde is None:
+                return Unloadable(pair[0], raw_size(raw), ENCRYPTED_NO_KEY)
+            try:
+                return self.value_serde.loads_typed(pair)
+            except CheckpointerError as exc:
+                return Unloadable(pair[0], raw_size(raw), one_line(str(exc)))
+        try:
+            return self.serde.loads_typed(pair)
         except DeserializationError as exc:
             if not self._langgraph_tried:
                 # Maybe a LangGraph value: teach the serializer LangGraph's types once.
@@ -186,8 +238,16 @@ class Database:
                 if extended is not None:
                     self.serde = extended
                     return self.load(raw)
-            return Unloadable(raw[0], len(raw[1]), str(exc).splitlines()[0])
+            return Unloadable(pair[0], raw_size(raw), one_line(str(exc)))
 
+    def is_snapshot(self, raw: Any) -> bool:
+        """Whether stored bytes hold a `DeltaSnapshot` (told by its marker, compressed or
+        not, without loading: an unloadable snapshot is still a snapshot)."""
+        if isinstance(raw, Loaded):
+            return isinstance(raw.value, DeltaSnapshot)
+        return is_snapshot_blob(*raw)
+
+    # ------------------------------------------------------------------ reads
     def require_threads(self, thread_ids: Sequence[str]) -> None:
         found = self.run(existing_threads_plan(self.dialect, thread_ids))
         missing = [t for t in thread_ids if t not in found]
@@ -199,30 +259,116 @@ class Database:
         """The checkpoint id `ref` names in the thread (its head when None): an exact id,
         or a prefix or suffix matching exactly one."""
         matches = self.run(resolve_checkpoint_plan(self.dialect, thread_id, ns, ref))
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            self.require_threads([thread_id])
-            where = f"thread {thread_id!r}" + (f" namespace {ns!r}" if ns else "")
-            if ref is None:
-                raise UnknownThreadError(f"{where} has no checkpoints")
-            raise CheckpointNotFoundError(f"unknown checkpoint {ref!r} in {where}")
-        listed = ", ".join(matches[:3])
-        raise CheckpointNotFoundError(
-            f"checkpoint {ref!r} is ambiguous in thread {thread_id!r}: {listed}"
-            + (" ..." if len(matches) > 3 else "")
+        return resolved(self, matches, thread_id, ns, ref)
+
+    def all_thread_ids(self) -> list[str]:
+        return self.run(all_thread_ids_plan(self.dialect))
+
+    def thread_summaries(
+        self, sort: str = "updated", limit: int | None = None, offset: int = 0
+    ) -> tuple[int, list[ThreadSummary]]:
+        return self.run(thread_summaries_plan(self.dialect, sort, limit, offset))
+
+    def skeleton(self, thread_id: str, ns: str) -> dict[str, SkeletonNode]:
+        return self.run(skeleton_plan(self.dialect, thread_id, ns))
+
+    def raw_tuple(self, thread_id: str, ns: str, checkpoint_id: str) -> RawTuple | None:
+        return self.run(raw_tuple_plan(self.dialect, thread_id, ns, checkpoint_id))
+
+    def delta_rows(
+        self, thread_id: str, ns: str, checkpoint_id: str, channels: Sequence[str]
+    ) -> list[RawHistoryRow]:
+        config = make_config(thread_id, ns, checkpoint_id)
+        return self.run(raw_delta_history_plan(self.dialect, config, channels))
+
+    def ancestors(
+        self, thread_id: str, ns: str, checkpoint_id: str, max_depth: int
+    ) -> list[Ancestor]:
+        return self.run(ancestors_plan(self.dialect, thread_id, ns, checkpoint_id, max_depth))
+
+    def raw_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_ids: Sequence[str],
+        channels: Sequence[str] | None = None,
+    ) -> list[RawWrite]:
+        return self.run(raw_writes_plan(self.dialect, thread_id, ns, checkpoint_ids, channels))
+
+    def stats(self, thread_id: str | None = None, top: int = 10) -> Stats:
+        return self.run(stats_plan(self.dialect, thread_id, top))
+
+
+def resolved(reader: Any, matches: list[str], thread_id: str, ns: str, ref: str | None) -> str:
+    """The one checkpoint id of `matches`, or the error saying why there is none."""
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        reader.require_threads([thread_id])
+        where = f"thread {thread_id!r}" + (f" namespace {ns!r}" if ns else "")
+        if ref is None:
+            raise UnknownThreadError(f"{where} has no checkpoints")
+        raise CheckpointNotFoundError(f"unknown checkpoint {ref!r} in {where}")
+    listed = ", ".join(matches[:3])
+    raise CheckpointNotFoundError(
+        f"checkpoint {ref!r} is ambiguous in thread {thread_id!r}: {listed}"
+        + (" ..." if len(matches) > 3 else "")
+    )
+
+
+class _ReadOnlyExecutor:
+    """Runs read plans on one connection that cannot write; refuses write operations."""
+
+    def __init__(self, conn: Any, run: Any, where: str) -> None:
+        self._conn = conn
+        self._run = run
+        self._where = where
+
+    def run(self, op: Op[T]) -> T:
+        if op.write:
+            raise ReadOnlyError(f"{self._where} was opened read-only")
+        result: T = self._run(self._conn, op)
+        return result
+
+    def close(self) -> None:
+        return None
+
+
+def sqlite_readonly_connection(path: str) -> sqlite3.Connection:
+    """A connection that cannot change the file: `mode=ro` (SQLite opens it read-only,
+    never creating it or writing a header) plus `PRAGMA query_only`."""
+    if not os.path.exists(path):
+        raise DatabaseUnavailableError(f"no such SQLite database: {path!r}")
+    if os.path.isdir(path):
+        raise DatabaseUnavailableError(f"{path!r} is a directory, not a SQLite database")
+    try:
+        conn = sqlite3.connect(
+            f"{Path(path).resolve().as_uri()}?mode=ro",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=5.0,
         )
+        conn.execute("PRAGMA query_only = 1")
+        conn.execute("PRAGMA busy_timeout = 5000")
+    except sqlite3.Error as exc:
+        raise DatabaseUnavailableError(f"cannot open SQLite database {path!r}: {exc}") from exc
+    return conn
 
 
 @contextmanager
-def _open_sqlite(path: str, create: bool, serde: MsgpackSerializer) -> Iterator[Database]:
+def _open_sqlite(
+    path: str, create: bool, serde: MsgpackSerializer, readonly: bool = False
+) -> Iterator[Database]:
     from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
-    from checkpointer.savers.sql.sync_exec import SqliteExecutor, is_memory_path
+    from checkpointer.savers.sql.sync_exec import SqliteExecutor, is_memory_path, run_sqlite_op
     from checkpointer.savers.sqlite import SqliteSaver
 
     where = f"SQLite database {path!r}"
     if is_memory_path(path):
         conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    elif readonly:
+        conn = sqlite_readonly_connection(path)
     else:
         if not create and not os.path.exists(path):
             raise DatabaseUnavailableError(f"no such SQLite database: {path!r}")
@@ -240,8 +386,14 @@ def _open_sqlite(path: str, create: bool, serde: MsgpackSerializer) -> Iterator[
         except sqlite3.Error as exc:
             raise DatabaseUnavailableError(f"cannot open {where}: {exc}") from exc
     try:
-        executor = SqliteExecutor(conn)
-        saver = SqliteSaver(conn, serde=serde)
+        executor: Any
+        saver: SqliteSaver | None
+        if readonly:
+            executor = _ReadOnlyExecutor(conn, lambda c, op: run_sqlite_op(c, op, None), where)
+            saver = None
+        else:
+            executor = SqliteExecutor(conn)
+            saver = SqliteSaver(conn, serde=serde)
         yield Database(
             dialect=SqliteDialect(where),
             executor=executor,
@@ -255,14 +407,12 @@ def _open_sqlite(path: str, create: bool, serde: MsgpackSerializer) -> Iterator[
         conn.close()
 
 
-@contextmanager
-def _open_postgres(url: str, schema: str, serde: MsgpackSerializer) -> Iterator[Database]:
+def postgres_connection(url: str, *, readonly: bool, **kwargs: Any) -> Any:
+    """A psycopg connection (autocommit, no prepared statements) that answers within a
+    few seconds or fails with one clear error; `readonly` makes every transaction of the
+    session read-only, so no statement can change anything."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
-
-    from checkpointer.savers.postgres import PostgresSaver
-    from checkpointer.savers.sql.postgres_dialect import PostgresDialect
-    from checkpointer.savers.sql.sync_exec import PostgresExecutor
 
     masked = mask_url(url)
     try:
@@ -271,18 +421,43 @@ def _open_postgres(url: str, schema: str, serde: MsgpackSerializer) -> Iterator[
         raise DatabaseUnavailableError(f"bad PostgreSQL URL {masked}: {_one_line(exc)}") from exc
     extra: dict[str, Any] = {} if "connect_timeout" in options else {"connect_timeout": 10}
     try:
-        conn = psycopg.Connection.connect(url, autocommit=True, prepare_threshold=None, **extra)
+        conn = psycopg.Connection.connect(
+            url, autocommit=True, prepare_threshold=None, **extra, **kwargs
+        )
+        if readonly:
+            conn.execute("SET default_transaction_read_only = on")
     except psycopg.Error as exc:
         raise DatabaseUnavailableError(
             f"cannot connect to PostgreSQL at {masked}: {_one_line(exc)}"
         ) from exc
+    return conn
+
+
+@contextmanager
+def _open_postgres(
+    url: str, schema: str | None, serde: MsgpackSerializer, readonly: bool = False
+) -> Iterator[Database]:
+    from checkpointer.savers.postgres import PostgresSaver
+    from checkpointer.savers.sql.postgres_dialect import PostgresDialect
+    from checkpointer.savers.sql.sync_exec import PostgresExecutor
+
+    conn = postgres_connection(url, readonly=readonly)
     try:
+        if schema is None:
+            # The URL may choose it (`options=-csearch_path=...`); else this is `public`.
+            row = conn.execute("SELECT current_schema()").fetchone()
+            schema = str(row[0]) if row and row[0] else "public"
         dialect = PostgresDialect(schema)
+        saver = (
+            None
+            if readonly
+            else PostgresSaver(conn, schema=schema, serde=serde, prepare_threshold=None)
+        )
         yield Database(
             dialect=dialect,
             executor=PostgresExecutor(conn, prepare=False),
-            saver=PostgresSaver(conn, schema=schema, serde=serde, prepare_threshold=None),
-            where=f"PostgreSQL schema {schema!r} at {masked}",
+            saver=saver,
+            where=f"PostgreSQL schema {schema!r} at {mask_url(url)}",
             serde=serde,
         )
     finally:
@@ -290,7 +465,11 @@ def _open_postgres(url: str, schema: str, serde: MsgpackSerializer) -> Iterator[
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+    return one_line(str(exc))
+
+
+def one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 # --------------------------------------------------------------------------- helpers
@@ -301,8 +480,8 @@ def is_internal_channel(name: str) -> bool:
 
 def is_snapshot_blob(type_: str, blob: bytes) -> bool:
     """Whether stored bytes hold a `DeltaSnapshot` (told by its marker, without loading:
-    an unloadable snapshot is still a snapshot)."""
-    return type_ == "msgpack" and blob.startswith(SNAPSHOT_PREFIX)
+    an unloadable snapshot is still a snapshot); a compressed value is looked into."""
+    return snapshot_marked(type_, blob)
 
 
 def _step(metadata: Mapping[str, Any]) -> int | None:
@@ -335,7 +514,7 @@ def pending_interrupts(writes: Sequence[Any], load: Any) -> list[Any]:
     for w in writes:
         if w.channel != INTERRUPT or w.task_id in finished:
             continue
-        raw = w.raw if hasattr(w, "raw") else (w.type, w.blob)
+        raw = w.raw
         if raw is None:
             continue
         value = load(raw)
@@ -434,6 +613,26 @@ def history_entries(
     return out
 
 
+def history(
+    reader: Reader,
+    thread_id: str,
+    ns: str = "",
+    *,
+    at: str | None = None,
+    all_branches: bool = False,
+    limit: int = 0,
+) -> tuple[str, dict[str, SkeletonNode], list[HistoryEntry]]:
+    """(head, skeleton, entries) of a thread: the branch ending at its head (or at `at`),
+    newest first, the newest `limit` only; or with `all_branches` every checkpoint, oldest
+    first."""
+    head = reader.resolve(thread_id, ns, at)
+    nodes = reader.skeleton(thread_id, ns)
+    ids = sorted(nodes) if all_branches else branch_of(nodes, head)
+    if limit and not all_branches:
+        ids = ids[:limit]
+    return head, nodes, history_entries(nodes, ids, reader.load)
+
+
 # --------------------------------------------------------------------------- state
 ChannelKind = Literal["value", "snapshot", "rebuilt", "delta", "empty"]
 
@@ -506,7 +705,7 @@ def _spec_rebuilds(spec: AnyChannel | None) -> bool:
 
 
 def channel_views(
-    db: Database,
+    db: Reader,
     raw: RawTuple,
     specs: Mapping[str, AnyChannel] | None,
     only: set[str] | None = None,
@@ -524,7 +723,7 @@ def channel_views(
             value = db.load(raw.blobs[name])
             if isinstance(value, DeltaSnapshot):
                 views[name] = ChannelView(name, version, "snapshot", value.value)
-            elif is_snapshot_blob(*raw.blobs[name]):
+            elif db.is_snapshot(raw.blobs[name]):
                 views[name] = ChannelView(name, version, "snapshot", value)  # unloadable
             else:
                 views[name] = ChannelView(name, version, "value", value)
@@ -537,14 +736,11 @@ def channel_views(
             to_walk.append(name)
     if not to_walk:
         return views
-    config = make_config(raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id)
-    rows = db.run(raw_delta_history_plan(db.dialect, config, to_walk))
+    rows = db.delta_rows(raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id, to_walk)
     depth = max((r.depth for r in rows), default=0)
     ancestors: dict[int, Ancestor] = {}
     if depth:
-        walk = db.run(
-            ancestors_plan(db.dialect, raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id, depth)
-        )
+        walk = db.ancestors(raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id, depth)
         ancestors = {a.depth: a for a in walk}
     by_channel: dict[str, list[RawHistoryRow]] = {name: [] for name in to_walk}
     for row in rows:
@@ -556,7 +752,7 @@ def channel_views(
 
 
 def _delta_view(
-    db: Database,
+    db: Reader,
     view: ChannelView,
     rows: list[RawHistoryRow],
     ancestors: Mapping[int, Ancestor],
@@ -570,10 +766,10 @@ def _delta_view(
         at = ancestors.get(row.depth)
         cid = at.checkpoint_id if at else f"<{row.depth} parents up>"
         step = at.step if at else None
-        value = db.load((row.type, row.blob))
+        value = db.load(row.raw)
         if row.kind == 0:
             seed_value = value
-            seed_is_snapshot = is_snapshot_blob(row.type, row.blob)
+            seed_is_snapshot = isinstance(value, DeltaSnapshot) or db.is_snapshot(row.raw)
             shown = value.value if isinstance(value, DeltaSnapshot) else value
             seed = SeedView(cid, step, shown)
         else:
@@ -602,7 +798,7 @@ def _delta_view(
 
 
 def write_views(
-    db: Database, writes: Sequence[RawWrite], steps: Mapping[str, int | None]
+    db: Reader, writes: Sequence[RawWrite], steps: Mapping[str, int | None]
 ) -> list[WriteView]:
     return [
         WriteView(
@@ -612,21 +808,21 @@ def write_views(
             w.task_path,
             w.idx,
             w.channel,
-            db.load((w.type, w.blob)),
+            db.load(w.raw),
         )
         for w in writes
     ]
 
 
-def load_raw(db: Database, thread_id: str, ns: str, checkpoint_id: str) -> RawTuple:
-    raw = db.run(raw_tuple_plan(db.dialect, thread_id, ns, checkpoint_id))
+def load_raw(db: Reader, thread_id: str, ns: str, checkpoint_id: str) -> RawTuple:
+    raw = db.raw_tuple(thread_id, ns, checkpoint_id)
     if raw is None:
         raise CheckpointNotFoundError(f"unknown checkpoint {checkpoint_id!r} in {thread_id!r}")
     return raw
 
 
 def state_view(
-    db: Database,
+    db: Reader,
     thread_id: str,
     ns: str,
     checkpoint_id: str,
@@ -705,7 +901,7 @@ def _path_from(walk: list[Ancestor], common: str | None) -> list[Ancestor]:
 
 
 def diff_view(
-    db: Database,
+    db: Reader,
     thread_id: str,
     ns: str,
     a_id: str,
@@ -715,8 +911,8 @@ def diff_view(
     """Per channel, what changed from checkpoint A to checkpoint B."""
     raw_a = load_raw(db, thread_id, ns, a_id)
     raw_b = load_raw(db, thread_id, ns, b_id)
-    walk_a = db.run(ancestors_plan(db.dialect, thread_id, ns, a_id, MAX_WALK))
-    walk_b = db.run(ancestors_plan(db.dialect, thread_id, ns, b_id, MAX_WALK))
+    walk_a = db.ancestors(thread_id, ns, a_id, MAX_WALK)
+    walk_b = db.ancestors(thread_id, ns, b_id, MAX_WALK)
     ids_b = {a.checkpoint_id for a in walk_b}
     common = next((a.checkpoint_id for a in walk_a if a.checkpoint_id in ids_b), None)
     relation: Relation
@@ -752,7 +948,7 @@ def diff_view(
     steps = {a.checkpoint_id: a.step for a in [*walk_a, *walk_b]}
     order = {a.checkpoint_id: i for i, a in enumerate([*path_a, *path_b])}
     path_ids = list(dict.fromkeys(a.checkpoint_id for a in [*path_a, *path_b]))
-    raw_writes = db.run(raw_writes_plan(db.dialect, thread_id, ns, path_ids, delta_channels))
+    raw_writes = db.raw_writes(thread_id, ns, path_ids, delta_channels)
     raw_writes.sort(key=lambda w: (order[w.checkpoint_id], w.task_path, w.task_id, w.idx))
     all_writes = write_views(db, raw_writes, steps)
     ids_a = {a.checkpoint_id for a in path_a}

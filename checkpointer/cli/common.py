@@ -24,7 +24,8 @@ from rich.progress import (
 
 from checkpointer.cli.graphs import GraphChannels, load_graph
 from checkpointer.errors import CheckpointerError
-from checkpointer.inspect import Database, tool_serializer
+from checkpointer.inspect import Database, open_reader, tool_serializer
+from checkpointer.reader import Reader
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -166,10 +167,16 @@ def open_database(
     check: bool = True,
     modules: Sequence[str] = (),
 ) -> Iterator[Database]:
-    """The database a command works on, schema checked (or created, with `create`)."""
+    """The database a command changes, schema checked (or created, with `create`). A
+    database of LangGraph's own saver is refused with a pointer to `import-langgraph`."""
     if not url:
         raise CliError(NO_URL)
     with Database.open(url, schema=schema, create=create, serde=tool_serializer(modules)) as db:
+        if check and db.revision() is None:
+            from checkpointer.inspect_langgraph import WRITE_HINT, has_langgraph_tables
+
+            if has_langgraph_tables(db):
+                raise CliError(WRITE_HINT)
         if check:
             if create:
                 db.ensure_schema()
@@ -179,11 +186,34 @@ def open_database(
 
 
 @contextmanager
+def open_read(
+    url: str | None, schema: str | None, *, modules: Sequence[str] = ()
+) -> Iterator[Reader]:
+    """A database only read, opened so it cannot change: our schema or LangGraph's."""
+    if not url:
+        raise CliError(NO_URL)
+    with open_reader(url, schema=schema, serde=tool_serializer(modules)) as reader:
+        apply_keys(reader)
+        yield reader
+
+
+@contextmanager
 def open_with_graph(
     url: str | None, schema: str | None, graph_ref: str | None, allow_modules: Sequence[str]
-) -> Iterator[tuple[Database, GraphChannels | None]]:
-    """The database plus the channels of `--graph` (whose module's classes may load)."""
+) -> Iterator[tuple[Reader, GraphChannels | None]]:
+    """The database (read-only) plus the channels of `--graph` (whose module's classes may
+    load)."""
     graph = load_graph(graph_ref) if graph_ref else None
     modules = [*allow_modules, *(graph.modules if graph else ())]
-    with open_database(url, schema, modules=modules) as db:
-        yield db, graph
+    with open_read(url, schema, modules=modules) as reader:
+        yield reader, graph
+
+
+def apply_keys(reader: Reader) -> None:
+    """Give the reader the operator's keys ($CHECKPOINTER_KEYS or the file named by
+    $CHECKPOINTER_KEY_FILE) so encrypted values can be shown."""
+    from checkpointer.cli.keys import keys_serializer
+
+    serde = keys_serializer(getattr(reader, "serde", None))
+    if serde is not None and isinstance(reader, Database):
+        reader.value_serde = serde

@@ -20,7 +20,7 @@ from checkpointer.cli.common import (
     graph_options,
     json_option,
     ns_option,
-    open_database,
+    open_read,
     open_with_graph,
     progress,
     stdout_console,
@@ -41,18 +41,12 @@ from checkpointer.inspect import (
     HistoryEntry,
     StateView,
     WriteView,
-    branch_of,
     diff_view,
-    history_entries,
     is_internal_channel,
     state_view,
 )
-from checkpointer.savers.sql.inspect import (
-    THREAD_SORTS,
-    skeleton_plan,
-    stats_plan,
-    thread_summaries_plan,
-)
+from checkpointer.inspect import history as history_view
+from checkpointer.savers.sql.inspect import THREAD_SORTS
 
 DELTA_HINT = (
     "delta channels are shown as their nearest stored snapshot plus the writes since; "
@@ -73,11 +67,16 @@ DELTA_HINT = (
 @click.option(
     "--limit", type=click.IntRange(min=0), default=50, show_default=True, help="0: no limit."
 )
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=0, help="Skip this many threads first."
+)
 @json_option
-def threads(url: str | None, schema: str | None, sort: str, limit: int, as_json: bool) -> None:
+def threads(
+    url: str | None, schema: str | None, sort: str, limit: int, offset: int, as_json: bool
+) -> None:
     """List threads: namespaces, checkpoints, last step and update, bytes stored."""
-    with open_database(url, schema) as db:
-        total, rows = db.run(thread_summaries_plan(db.dialect, sort, limit or None))
+    with open_read(url, schema) as db:
+        total, rows = db.thread_summaries(sort, limit or None, offset)
     if as_json:
         emit_json(
             {
@@ -224,13 +223,10 @@ def history(
     --all, every branch as a tree, oldest first. Nodes marked * are read from task paths
     (LangGraph threads do not store node names).
     """
-    with open_database(url, schema) as db:
-        head = db.resolve(thread_id, ns, at)
-        nodes = db.run(skeleton_plan(db.dialect, thread_id, ns))
-        ids = sorted(nodes) if all_branches else branch_of(nodes, head)
-        if limit and not all_branches:
-            ids = ids[:limit]
-        entries = history_entries(nodes, ids, db.load)
+    with open_read(url, schema) as db:
+        head, nodes, entries = history_view(
+            db, thread_id, ns, at=at, all_branches=all_branches, limit=limit
+        )
     if as_json:
         payload: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
         if all_branches:
@@ -539,11 +535,11 @@ def stats(
     Bytes are stored payload (records, values, writes), not page or index overhead; the
     database size on disk is shown too when the whole database is measured.
     """
-    with open_database(url, schema) as db:
+    with open_read(url, schema) as db:
         if thread_id is not None:
             db.require_threads([thread_id])
         with progress("measuring"):
-            result = db.run(stats_plan(db.dialect, thread_id, top))
+            result = db.stats(thread_id, top)
     delta = [c for c in result.channels if c.is_delta]
     snapshot_bytes = sum(c.snapshot_bytes for c in delta)
     delta_write_bytes = sum(c.write_bytes for c in delta)

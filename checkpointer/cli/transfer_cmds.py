@@ -6,24 +6,26 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 import click
 from rich.markup import escape
 
 from checkpointer.cli.common import (
+    NO_URL,
     CliError,
     database_options,
     emit_json,
     json_option,
     open_database,
+    open_read,
     progress,
     stderr_console,
     stdout_console,
 )
 from checkpointer.export import TransferCounts, export_threads, import_threads
-from checkpointer.savers.sql.inspect import all_thread_ids_plan
+from checkpointer.inspect import Database
 from checkpointer.savers.sql.migration import parse_url
 
 
@@ -57,11 +59,11 @@ def export_cmd(
         raise CliError("name the threads to export, or pass --all (not both)")
     if output is not None:
         check_output_path(output, url, force=force)
-    with open_database(url, schema) as db:
-        threads = db.run(all_thread_ids_plan(db.dialect)) if all_threads else list(thread_ids)
+    with open_read(url, schema) as reader:
+        threads = reader.all_thread_ids() if all_threads else list(thread_ids)
         if not all_threads:
-            db.require_threads(threads)
-        with progress("exporting", total=len(threads)) as advance:
+            reader.require_threads(threads)
+        with progress("exporting", total=len(threads)) as advance, exportable(reader) as db:
 
             def write(out: TextIO) -> TransferCounts:
                 return export_threads(db, threads, out, on_thread=lambda *_: advance(1))
@@ -76,6 +78,24 @@ def export_cmd(
         f"{counts.blobs} values, {counts.writes} writes"
         + (f" to {escape(output)}" if output else "")
     )
+
+
+@contextlib.contextmanager
+def exportable(reader: Any) -> Iterator[Database]:
+    """A database of our schema holding the reader's threads: the reader itself, or for
+    a LangGraph database, an in-memory copy made by the one import path (so the file is
+    what `checkpointer import` reads, values in our serializer's form)."""
+    if isinstance(reader, Database):
+        yield reader
+        return
+    from checkpointer.importer import import_threads
+    from checkpointer.serde.compression import database_default_serializer
+
+    with Database.open(":memory:", create=True) as memory:
+        memory.ensure_schema()
+        memory.saver.serde = database_default_serializer()
+        import_threads(reader, memory.saver)
+        yield memory
 
 
 def _sqlite_files(url: str | None) -> list[str]:
@@ -190,44 +210,82 @@ def _report_import(counts: dict[str, int], where: str, as_json: bool) -> None:
     )
 
 
-@click.command("import-langgraph", short_help="Import threads from LangGraph's reference savers.")
+@click.command("import-langgraph", short_help="Import threads from LangGraph's own savers.")
 @click.argument("source")
 @click.option("--thread", "thread_ids", multiple=True, metavar="THREAD", help="Only these threads.")
+@click.option(
+    "--source-schema", default=None, help="PostgreSQL schema of the source (default: its own)."
+)
 @database_options
 @json_option
 def import_langgraph(
     source: str,
     thread_ids: tuple[str, ...],
+    source_schema: str | None,
     url: str | None,
     schema: str | None,
     as_json: bool,
 ) -> None:
-    """Move threads from LangGraph's reference savers (SOURCE: their SQLite file or
-    PostgreSQL URL) into this database, with history, pending writes and interrupts."""
-    from checkpointer.importer import import_from_url
+    """Move threads from LangGraph's own savers (SOURCE: their SQLite file or PostgreSQL
+    URL, read only) into this database, with history, pending writes and interrupts.
 
-    try:
-        kind, target = parse_url(source)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
-    if kind == "sqlite" and not os.path.isfile(target):
-        raise CliError(f"no such SQLite database: {target!r}")
-    with open_database(url, schema, create=True) as db:
-        with progress("importing threads") as advance:
-            report = import_from_url(
-                source,
-                db.saver,
-                thread_ids=list(thread_ids) or None,
-                on_thread=lambda *_: advance(1),
-            )
-        where = db.where
-    counts = {
-        "threads": len(report.threads),
-        "checkpoints": report.checkpoints,
-        "blobs": report.blobs,
-        "writes": report.writes,
-    }
+    Threads already imported are reported as such and left alone; a thread id the target
+    holds with other checkpoints is skipped, never merged. A SQLite target that did not
+    exist is removed again when the import fails.
+    """
+    from checkpointer.importer import import_threads, open_source
+
+    if not url:
+        raise CliError(NO_URL)
+    kind, target = parse_url(url)
+    created = kind == "sqlite" and target not in ("", ":memory:") and not os.path.exists(target)
+    with open_source(source, schema=source_schema) as reader:
+        if thread_ids:
+            reader.require_threads(list(thread_ids))
+        if not reader.all_thread_ids():
+            raise CliError(f"the import source {reader.where} holds no threads")
+        try:
+            with open_database(url, schema, create=True) as db, target_saver(url, db) as saver:
+                with progress("importing threads") as advance:
+                    report = import_threads(
+                        reader,
+                        saver,
+                        thread_ids=list(thread_ids) or None,
+                        on_thread=lambda *_: advance(1),
+                    )
+                where = db.where
+        except BaseException:
+            if created:
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(target + suffix)
+            raise
     if as_json:
-        emit_json({**counts, "thread_ids": report.threads})
+        emit_json(report.as_dict())
         return
-    _report_import(counts, where, as_json=False)
+    console = stdout_console()
+    console.print(
+        f"imported {len(report.threads)} thread(s): {report.checkpoints} checkpoints, "
+        f"{report.blobs} values, {report.writes} writes into {escape(where)}"
+    )
+    if report.present:
+        console.print(f"already present, nothing to do: {escape(', '.join(report.present))}")
+    for thread_id in report.skipped:
+        console.print(
+            f"[yellow]skipped {escape(thread_id)}:[/] {escape(report.reasons[thread_id])}"
+        )
+
+
+@contextlib.contextmanager
+def target_saver(url: str, db: Any) -> Iterator[Any]:
+    """The saver an import writes through: the database's own, with the serializer a saver
+    of that URL uses by default (values compressed as an application's saver would)."""
+    from checkpointer.serde.compression import database_default_serializer
+
+    saver = db.saver
+    saved = saver.serde
+    saver.serde = database_default_serializer()
+    try:
+        yield saver
+    finally:
+        saver.serde = saved
