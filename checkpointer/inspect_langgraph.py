@@ -462,7 +462,8 @@ class LangGraphReader:
     ) -> list[RawHistoryRow]:
         """Per channel, walking parent pointers from the target's parent: the writes of
         each ancestor, up to and including the nearest one that stores a value (the seed);
-        rows nearest first, as our savers' walk returns them."""
+        oldest first, each checkpoint's writes in (task path, task id, idx) order, as our
+        savers' walk returns them."""
         seeking = set(channels)
         out: list[RawHistoryRow] = []
         for at in self.ancestors(thread_id, ns, checkpoint_id, 10_000_000)[1:]:
@@ -484,7 +485,8 @@ class LangGraphReader:
                     type_, blob = ("", stored) if isinstance(stored, Loaded) else stored
                     out.append(RawHistoryRow(0, at.depth, channel, "", "", -1, type_, blob))
                     seeking.discard(channel)
-        return out
+        order = {id(row): i for i, row in enumerate(out)}
+        return sorted(out, key=lambda r: (-r.depth, r.kind, order[id(r)]))
 
     def raw_writes(
         self,
