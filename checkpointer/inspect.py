@@ -882,6 +882,13 @@ class DiffView:
     unchanged: list[str]
 
 
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except Exception:  # a value whose == raises is not known equal
+        return False
+
+
 def _path_from(walk: list[Ancestor], common: str | None) -> list[Ancestor]:
     """The checkpoints whose pending writes lead from `common` down to the walk's start
     (depth 0), oldest first.
@@ -954,6 +961,20 @@ def diff_view(
     ids_a = {a.checkpoint_id for a in path_a}
     ids_b_path = {a.checkpoint_id for a in path_b}
 
+    for name in sorted(changed):
+        # A new version can hold an equal value (a node rewrote it unchanged): no change.
+        va, vb = views_a.get(name), views_b.get(name)
+        if (
+            va is not None
+            and vb is not None
+            and va.has_value
+            and vb.has_value
+            and not isinstance(va.value, Unloadable)
+            and _equal(va.value, vb.value)
+        ):
+            changed.discard(name)
+            unchanged.append(name)
+    unchanged.sort()
     diffs: list[ChannelDiff] = []
     for name in sorted(changed):
         status: Literal["added", "removed", "changed"] = (

@@ -129,3 +129,72 @@ def test_import_refuses_duplicate_records_instead_of_miscounting(
         counts = run_json("import", str(good), *target.args)
         history = run_json("history", "chat", *target.args, "--all")["checkpoints"]
         assert counts["checkpoints"] == len(history) == json.loads(lines[-1])["checkpoints"]
+
+
+# --------------------------------------------------------------------------- 18.4, 18.6, 18.7
+def test_read_commands_change_no_file(source: Db, tmp_path: Path) -> None:
+    import sqlite3
+
+    plain = tmp_path / "plain.db"
+    conn = sqlite3.connect(plain)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for path in (plain, empty):
+        before = _digest(path)
+        for command in ("threads", "stats"):
+            result = run(command, "--url", str(path))
+            assert result.exit_code != 0
+        assert _digest(path) == before
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(path.name)) == [
+            path.name
+        ]
+    before = _digest(source.url)
+    head = run_json("history", "chat", *source.args)["checkpoints"]
+    for args in (
+        ["threads"],
+        ["history", "chat", "--all"],
+        ["show", "chat"],
+        ["diff", "chat", head[-1]["checkpoint_id"], head[0]["checkpoint_id"]],
+        ["stats"],
+        ["export", "--all"],
+    ):
+        result = run(*args, *source.args)
+        assert result.exit_code == 0, (args, result.stderr)
+    assert _digest(source.url) == before
+
+
+def test_json_errors_are_json(source: Db) -> None:
+    result = run("show", "nosuch", *source.args, "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == {"error": {"message": result.stderr.strip()[7:]}}
+    assert "unknown thread 'nosuch'" in result.stderr
+
+
+def test_threads_offset(source: Db) -> None:
+    everything = run_json("threads", *source.args, "--sort", "id")["threads"]
+    page = run_json("threads", *source.args, "--sort", "id", "--offset", "1", "--limit", "2")
+    assert page["threads"] == everything[1:3] and page["total"] == len(everything)
+
+
+def test_copies_get_fresh_run_ids_and_delete_runs_takes_a_thread(tmp_path: Path) -> None:
+    with make_db("sqlite", tmp_path) as db:
+        history = run_json("history", "chat", *db.args)["checkpoints"]
+        run_id = history[0]["run_id"]
+        assert run_id
+        run_json("copy", "chat", "chat-copy", *db.args)
+        run_json("fork", "chat", history[1]["checkpoint_id"], "--to", "chat-fork", *db.args)
+        for copy in ("chat-copy", "chat-fork"):
+            copied = run_json("history", copy, *db.args, "--all")["checkpoints"]
+            assert run_id not in {e["run_id"] for e in copied}
+        n_copy = len(run_json("history", "chat-copy", *db.args, "--all")["checkpoints"])
+        dry = run_json("delete-runs", run_id, "--thread", "chat", "--dry-run", *db.args)
+        assert [t["thread_id"] for t in dry["threads"]] == ["chat"]
+        assert_one_line_error(
+            run("delete-runs", run_id, "--thread", "chat-copy", *db.args), "no checkpoint"
+        )
+        done = run_json("delete-runs", run_id, "--thread", "chat", *db.args)
+        assert done["threads"][0]["checkpoints_removed"] > 0
+        assert len(run_json("history", "chat-copy", *db.args, "--all")["checkpoints"]) == n_copy

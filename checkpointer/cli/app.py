@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from checkpointer.cli.common import CliError, describe_error
+from checkpointer.cli.common import CliError, describe_error, wants_json
 from checkpointer.cli.manage_cmds import copy, delete, delete_runs, fork, prune
 from checkpointer.cli.read_cmds import diff, history, show, stats, threads
 from checkpointer.cli.setup_cmds import demo, migrate
@@ -40,7 +40,7 @@ class CheckpointerGroup(click.Group):
         except Exception as exc:
             if (ctx.obj or {}).get("traceback") or os.environ.get(TRACEBACK_ENV):
                 raise
-            raise CliError(describe_error(exc)) from exc
+            raise CliError(describe_error(exc), as_json=wants_json()) from exc
 
 
 @click.group(cls=CheckpointerGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -38,12 +38,31 @@ WIDE = 200
 
 
 class CliError(click.ClickException):
-    """An error shown as one line, `error: ...`, with exit code 1."""
+    """An error shown as one line, `error: ...`, with exit code 1; with `--json`, also as
+    `{"error": {"message": ...}}` on stdout so a script reading JSON gets JSON."""
 
     exit_code = 1
 
+    def __init__(self, message: str, *, as_json: bool | None = None) -> None:
+        super().__init__(message)
+        self.as_json = as_json
+
     def show(self, file: Any = None) -> None:
+        if self.as_json if self.as_json is not None else wants_json():
+            click.echo(json.dumps({"error": {"message": self.message}}, ensure_ascii=False))
         click.echo(f"error: {self.message}", err=True)
+
+
+def wants_json() -> bool:
+    """Whether the running command was given --json."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().meta.get("checkpointer.json"))
+
+
+def _note_json(ctx: click.Context, _param: Any, value: bool) -> bool:
+    if value:
+        ctx.find_root().meta["checkpointer.json"] = True
+    return value
 
 
 def one_line(text: str) -> str:
@@ -130,7 +149,13 @@ def database_options(f: F) -> F:
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(f)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        callback=_note_json,
+        help='Print JSON for scripts (errors too: {"error": {"message": ...}}).',
+    )(f)
 
 
 def ns_option(f: F) -> F:
