@@ -3,9 +3,12 @@ one-line error a user sees instead of a traceback."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -91,11 +94,82 @@ def describe_error(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- output
+def _meta(key: str) -> Any:
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.find_root().meta.get(key)
+
+
 def stdout_console() -> Console:
-    console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
+    width = _meta("checkpointer.width")
+    console = Console(highlight=False, soft_wrap=False, width=width)
+    if width is None and not console.is_terminal and not os.environ.get("COLUMNS"):
         console = Console(highlight=False, width=WIDE)
     return console
+
+
+DEFAULT_PAGER = "less -FRX"
+"""As git does: -F quits when the text fits one screen, -R keeps colours, -X leaves the
+text on the screen."""
+
+
+@contextmanager
+def paged_console() -> Iterator[Console]:
+    """A console whose output goes through a pager (`$PAGER`, else `less -FRX`) when stdout
+    is a terminal and the output is longer than it, as `git log` does; `--no-pager` or
+    `PAGER=cat` turn it off. Off a terminal, output is written as it is."""
+    direct = stdout_console()
+    if not direct.is_terminal or _meta("checkpointer.no_pager"):
+        yield direct
+        return
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=direct.width,
+        highlight=False,
+        soft_wrap=False,
+        force_terminal=True,
+        color_system=direct.color_system,  # type: ignore[arg-type]
+    )
+    yield console
+    text = buffer.getvalue()
+    pager = os.environ.get("PAGER", DEFAULT_PAGER).strip()
+    if text.count("\n") < direct.height or pager in ("", "cat"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        env = {**os.environ, "LESS": os.environ.get("LESS", "FRX")}
+        subprocess.run(pager, shell=True, input=text.encode(), env=env, check=False)
+    except OSError:
+        sys.stdout.write(text)
+
+
+def _note(key: str) -> Callable[[click.Context, Any, Any], Any]:
+    def callback(ctx: click.Context, _param: Any, value: Any) -> Any:
+        if value:
+            ctx.find_root().meta[key] = value
+        return value
+
+    return callback
+
+
+def output_options(f: F) -> F:
+    """`--width` and `--no-pager`, for commands that print tables."""
+    f = click.option(
+        "--no-pager",
+        is_flag=True,
+        expose_value=False,
+        callback=_note("checkpointer.no_pager"),
+        help="Never page long output (also: PAGER=cat).",
+    )(f)
+    f = click.option(
+        "--width",
+        type=click.IntRange(min=40),
+        expose_value=False,
+        callback=_note("checkpointer.width"),
+        help="Lay tables out for this many columns (default: the terminal's).",
+    )(f)
+    return f
 
 
 def stderr_console() -> Console:

@@ -7,6 +7,7 @@ from typing import Any
 import click
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.pretty import Pretty
 from rich.table import Table
@@ -22,8 +23,9 @@ from checkpointer.cli.common import (
     ns_option,
     open_read,
     open_with_graph,
+    output_options,
+    paged_console,
     progress,
-    stdout_console,
 )
 from checkpointer.cli.render import (
     diff_json,
@@ -70,6 +72,7 @@ DELTA_HINT = (
 @click.option(
     "--offset", type=click.IntRange(min=0), default=0, help="Skip this many threads first."
 )
+@output_options
 @json_option
 def threads(
     url: str | None, schema: str | None, sort: str, limit: int, offset: int, as_json: bool
@@ -96,28 +99,45 @@ def threads(
             }
         )
         return
-    console = stdout_console()
-    if not rows:
-        console.print(f"no threads in {escape(db.where)}")
-        return
-    table = Table(title=f"threads ({len(rows)} of {total}, by {sort})")
-    table.add_column("thread", no_wrap=True)
-    table.add_column("namespaces")
-    table.add_column("checkpoints", justify="right")
-    table.add_column("last step", justify="right")
-    table.add_column("last update", no_wrap=True)
-    table.add_column("bytes", justify="right")
-    for r in rows:
-        nss = ", ".join(ns or "(root)" for ns in r.namespaces)
-        table.add_row(
-            escape(r.thread_id),
-            escape(nss),
-            str(r.checkpoints),
-            step_label(r.last_step),
-            short_ts(r.last_updated),
-            human_bytes(r.bytes),
-        )
-    console.print(table)
+    with paged_console() as console:
+        if not rows:
+            console.print(f"no threads in {escape(db.where)}")
+            return
+        nested = any(r.namespaces != [""] for r in rows)
+        wide = console.width >= 100
+        table = Table(title=f"threads ({len(rows)} of {total}, by {sort})")
+        col(table, "thread", overflow="fold", min_width=8)
+        if wide or nested:
+            col(table, "namespaces" if wide else "ns", overflow="fold")
+        col(table, "checkpoints", justify="right")
+        col(table, "last step", justify="right")
+        col(table, "last update", no_wrap=True)
+        col(table, "bytes", justify="right", no_wrap=True, min_width=8)
+        for r in rows:
+            nss = ", ".join(ns or "(root)" for ns in r.namespaces)
+            cells = [escape(r.thread_id)]
+            if wide or nested:
+                cells.append(escape(nss) if wide else str(len(r.namespaces)))
+            cells += [
+                str(r.checkpoints),
+                step_label(r.last_step),
+                short_ts(r.last_updated),
+                human_bytes(r.bytes),
+            ]
+            table.add_row(*cells)
+        console.print(table)
+
+
+def col(table: Table, header: str, **options: Any) -> None:
+    """A column whose header is never cut: at least as wide as its name."""
+    options.setdefault("min_width", len(header))
+    options["min_width"] = max(options["min_width"], len(header))
+    table.add_column(header, **options)
+
+
+SHORT_ID = 12
+"""Characters of a checkpoint id shown in narrow tables: its random tail, unique in a
+thread, and accepted wherever a CHECKPOINT argument is."""
 
 
 # --------------------------------------------------------------------------- history
@@ -134,25 +154,32 @@ def _nodes_label(entry: HistoryEntry) -> str:
     return ", ".join(entry.nodes) + ("*" if entry.nodes_from == "task_paths" else "")
 
 
-def _history_table(entries: list[HistoryEntry], title: str, internal: bool) -> Table:
+def _history_table(entries: list[HistoryEntry], title: str, internal: bool, width: int) -> Table:
+    """Columns chosen by width: full ids and times from 132 columns; below that the ids'
+    unique tails and, under 90, no creation time (`show` has it)."""
+    wide = width >= 132
     table = Table(title=title)
-    table.add_column("step", justify="right")
-    table.add_column("checkpoint", no_wrap=True)
-    table.add_column("source")
-    table.add_column("nodes")
-    table.add_column("changed")
-    table.add_column("pending")
-    table.add_column("created", no_wrap=True)
+    col(table, "step", justify="right", no_wrap=True)
+    col(table, "checkpoint", no_wrap=True, min_width=36 if wide else SHORT_ID)
+    col(table, "source", no_wrap=True, min_width=6)
+    col(table, "nodes", overflow="fold")
+    col(table, "changed", overflow="fold")
+    col(table, "pending", overflow="fold")
+    timed = width >= 90
+    if timed:
+        col(table, "created", no_wrap=True, min_width=19 if wide else 14)
     for e in entries:
-        table.add_row(
+        cells = [
             step_label(e.step),
-            e.checkpoint_id,
+            e.checkpoint_id if wide else e.checkpoint_id[-SHORT_ID:],
             e.source or "-",
             escape(_nodes_label(e)),
             escape(names(e.changed_channels, internal=internal, hide=is_internal_channel)),
             _pending_label(e),
-            short_ts(e.ts),
-        )
+        ]
+        if timed:
+            cells.append(short_ts(e.ts) if wide else short_ts(e.ts)[5:])
+        table.add_row(*cells)
     return table
 
 
@@ -205,6 +232,7 @@ def _history_tree(entries: dict[str, HistoryEntry], title: str, internal: bool) 
 @click.option("--at", "at", default=None, metavar="CHECKPOINT", help="Branch ending here.")
 @click.option("--limit", type=click.IntRange(min=0), default=0, help="Newest N only (0: all).")
 @click.option("--internal", is_flag=True, help="Also list scheduling channels (branch:, __*).")
+@output_options
 @json_option
 def history(
     thread_id: str,
@@ -237,18 +265,23 @@ def history(
         payload["checkpoints"] = [history_json(e) for e in entries]
         emit_json(payload)
         return
-    console = stdout_console()
-    where = f"thread {thread_id}" + (f" namespace {ns}" if ns else "")
-    if all_branches:
-        by_id = {e.checkpoint_id: e for e in entries}
-        head_count = sum(1 for e in entries if not e.children)
-        title = f"{where}: {len(entries)} checkpoints, {head_count} branch head(s)"
-        console.print(_history_tree(by_id, escape(title), internal))
-    else:
-        title = f"{where}: branch to {head} ({len(entries)} checkpoints, newest first)"
-        console.print(_history_table(entries, escape(title), internal))
-    if any(e.nodes_from == "task_paths" for e in entries):
-        console.print("[dim]* node names read from task paths[/]")
+    with paged_console() as console:
+        where = f"thread {thread_id}" + (f" namespace {ns}" if ns else "")
+        if all_branches:
+            by_id = {e.checkpoint_id: e for e in entries}
+            head_count = sum(1 for e in entries if not e.children)
+            title = f"{where}: {len(entries)} checkpoints, {head_count} branch head(s)"
+            console.print(_history_tree(by_id, escape(title), internal))
+        else:
+            title = f"{where}: branch to {head} ({len(entries)} checkpoints, newest first)"
+            console.print(_history_table(entries, escape(title), internal, console.width))
+            if console.width < 132:
+                console.print(
+                    f"[dim]checkpoint: the last {SHORT_ID} characters of each id (they work "
+                    "as CHECKPOINT arguments; --width 132 shows whole ids)[/]"
+                )
+        if any(e.nodes_from == "task_paths" for e in entries):
+            console.print("[dim]* node names read from task paths[/]")
 
 
 # --------------------------------------------------------------------------- show
@@ -313,9 +346,9 @@ def _render_state(console: Console, view: StateView, internal: bool) -> None:
     console.print(Panel("\n".join(lines), title="checkpoint", expand=False))
 
     table = Table(title="state", show_lines=True)
-    table.add_column("channel", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("value")
+    col(table, "channel", overflow="fold")
+    col(table, "kind", no_wrap=True)
+    col(table, "value", overflow="fold")
     hidden = 0
     for name, ch in view.channels.items():
         if not internal and is_internal_channel(name):
@@ -328,18 +361,29 @@ def _render_state(console: Console, view: StateView, internal: bool) -> None:
     if any(c.kind == "delta" for c in view.channels.values()):
         console.print(f"[yellow]{DELTA_HINT}[/]")
 
-    if view.pending_writes:
+    if view.pending_writes and console.width >= 120:
         pending = Table(title=f"pending writes ({len(view.pending_writes)})")
-        pending.add_column("task", no_wrap=True)
-        pending.add_column("path")
-        pending.add_column("idx", justify="right")
-        pending.add_column("channel")
-        pending.add_column("value")
+        col(pending, "task", no_wrap=True)
+        col(pending, "path", overflow="fold")
+        col(pending, "idx", justify="right")
+        col(pending, "channel", overflow="fold")
+        col(pending, "value", overflow="fold")
         for w in view.pending_writes:
             pending.add_row(
                 w.task_id, escape(w.task_path), str(w.idx), escape(w.channel), Pretty(w.value)
             )
         console.print(pending)
+    elif view.pending_writes:
+        # Narrow: one block per write, the value on its own lines at full width.
+        console.print(Text(f"pending writes ({len(view.pending_writes)})", style="bold"))
+        for w in view.pending_writes:
+            label = Text("• ", style="dim")
+            label.append(w.channel, style="bold")
+            label.append(f"  idx {w.idx}  task {w.task_id[:8]}…", style="dim")
+            if w.task_path:
+                label.append(f"  path {w.task_path}", style="green")
+            console.print(label)
+            console.print(Padding(Pretty(w.value, indent_guides=False), (0, 0, 0, 4)))
     else:
         console.print("[dim]no pending writes[/]")
     if view.interrupts:
@@ -355,6 +399,7 @@ def _render_state(console: Console, view: StateView, internal: bool) -> None:
 @graph_options
 @click.option("--channel", "channels", multiple=True, metavar="NAME", help="Only these channels.")
 @click.option("--internal", is_flag=True, help="Also show scheduling channels (branch:, __*).")
+@output_options
 @json_option
 def show(
     thread_id: str,
@@ -386,7 +431,8 @@ def show(
     if as_json:
         emit_json(state_json(view))
         return
-    _render_state(stdout_console(), view, internal)
+    with paged_console() as console:
+        _render_state(console, view, internal)
 
 
 # --------------------------------------------------------------------------- diff
@@ -454,10 +500,10 @@ def _render_diff(console: Console, view: DiffView, internal: bool) -> None:
         console.print("no channel changed")
     else:
         table = Table(show_lines=True)
-        table.add_column("channel", no_wrap=True)
-        table.add_column("change", no_wrap=True)
-        table.add_column("A")
-        table.add_column("B")
+        col(table, "channel", overflow="fold")
+        col(table, "change", no_wrap=True)
+        col(table, "A", overflow="fold")
+        col(table, "B", overflow="fold")
         for c in shown:
             pair = None
             if c.a is not None and c.b is not None and c.a.has_value and c.b.has_value:
@@ -486,6 +532,7 @@ def _render_diff(console: Console, view: DiffView, internal: bool) -> None:
 @ns_option
 @graph_options
 @click.option("--internal", is_flag=True, help="Also show scheduling channels (branch:, __*).")
+@output_options
 @json_option
 def diff(
     thread_id: str,
@@ -512,7 +559,8 @@ def diff(
     if as_json:
         emit_json(diff_json(view))
         return
-    _render_diff(stdout_console(), view, internal)
+    with paged_console() as console:
+        _render_diff(console, view, internal)
 
 
 # --------------------------------------------------------------------------- stats
@@ -526,6 +574,7 @@ def diff(
     show_default=True,
     help="Largest threads listed.",
 )
+@output_options
 @json_option
 def stats(
     url: str | None, schema: str | None, thread_id: str | None, top: int, as_json: bool
@@ -591,10 +640,22 @@ def stats(
     if as_json:
         emit_json(jsonable(payload))
         return
-    console = stdout_console()
+    with paged_console() as console:
+        _render_stats(console, result, thread_id, delta, snapshot_bytes, delta_write_bytes)
+
+
+def _render_stats(
+    console: Console,
+    result: Any,
+    thread_id: str | None,
+    delta: list[Any],
+    snapshot_bytes: int,
+    delta_write_bytes: int,
+) -> None:
+    delta_total = snapshot_bytes + delta_write_bytes
     tables = Table(title="tables" + (f" (thread {escape(thread_id)})" if thread_id else ""))
     for column in ("table", "rows", "bytes", "on disk"):
-        tables.add_column(column, justify="left" if column == "table" else "right")
+        col(tables, column, justify="left" if column == "table" else "right")
     for t in result.tables:
         tables.add_row(t.table, str(t.rows), human_bytes(t.bytes), human_bytes(t.disk_bytes))
     console.print(tables)
@@ -608,7 +669,12 @@ def stats(
             title=f"largest threads ({len(result.threads)} of {result.thread_count})"
         )
         for column in ("thread", "checkpoints", "records", "values", "writes", "total"):
-            threads_table.add_column(column, justify="left" if column == "thread" else "right")
+            col(
+                threads_table,
+                column,
+                justify="left" if column == "thread" else "right",
+                overflow="fold",
+            )
         for big in result.threads:
             threads_table.add_row(
                 escape(big.thread_id),
@@ -621,8 +687,11 @@ def stats(
         console.print(threads_table)
     channels_table = Table(title="channels")
     for column in ("channel", "kind", "values", "of which snapshots", "writes", "total"):
-        channels_table.add_column(
-            column, justify="left" if column in ("channel", "kind") else "right"
+        col(
+            channels_table,
+            "snapshots" if column == "of which snapshots" and console.width < 100 else column,
+            justify="left" if column in ("channel", "kind") else "right",
+            overflow="fold",
         )
     for c in result.channels:
         channels_table.add_row(
