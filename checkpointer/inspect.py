@@ -13,6 +13,7 @@ stored snapshot and the writes since, labelled as such, never a guessed value.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sqlite3
@@ -34,6 +35,7 @@ from checkpointer.reader import (
     ENCRYPTED_NO_KEY,
     DatabaseUnavailableError,
     Loaded,
+    Located,
     Reader,
     ReadOnlyError,
     UnknownThreadError,
@@ -68,6 +70,7 @@ from checkpointer.savers.sql.migration import check_revision, parse_url
 from checkpointer.savers.sql.saver import SyncExecutor, SyncSqlSaver
 from checkpointer.serde import MsgpackSerializer
 from checkpointer.serde.compression import decompress_typed
+from checkpointer.serde.located import ValueLocation
 from checkpointer.types import INTERRUPT, DeltaChannelHistory, make_config
 
 TAG_ENCRYPTED = "aesgcm"  # the encrypted serializer's tag (checkpointer.serde.encryption)
@@ -217,6 +220,9 @@ class Database:
         """A stored value, or an `Unloadable` saying why it cannot be shown."""
         if isinstance(raw, Loaded):
             return raw.value
+        location = None
+        if isinstance(raw, Located):
+            raw, location = raw.pair, raw.location
         try:
             pair = decompress_typed(raw)
         except DeserializationError as exc:
@@ -225,6 +231,8 @@ class Database:
             if self.value_serde is None:
                 return Unloadable(pair[0], raw_size(raw), ENCRYPTED_NO_KEY)
             try:
+                if location is not None:
+                    return self.value_serde.loads_typed_at(pair, location)
                 return self.value_serde.loads_typed(pair)
             except CheckpointerError as exc:
                 return Unloadable(pair[0], raw_size(raw), one_line(str(exc)))
@@ -245,6 +253,8 @@ class Database:
         not, without loading: an unloadable snapshot is still a snapshot)."""
         if isinstance(raw, Loaded):
             return isinstance(raw.value, DeltaSnapshot)
+        if isinstance(raw, Located):
+            raw = raw.pair
         return is_snapshot_blob(*raw)
 
     # ------------------------------------------------------------------ reads
@@ -270,16 +280,51 @@ class Database:
         return self.run(thread_summaries_plan(self.dialect, sort, limit, offset))
 
     def skeleton(self, thread_id: str, ns: str) -> dict[str, SkeletonNode]:
-        return self.run(skeleton_plan(self.dialect, thread_id, ns))
+        nodes = self.run(skeleton_plan(self.dialect, thread_id, ns))
+        for node in nodes.values():
+            for i, w in enumerate(node.writes):
+                if w.raw is not None and _sealed(w.raw):
+                    where = ValueLocation.write(
+                        thread_id, ns, node.checkpoint_id, w.task_id, w.idx, w.channel
+                    )
+                    node.writes[i] = dataclasses.replace(w, raw=Located(w.raw, where))
+        return nodes
 
     def raw_tuple(self, thread_id: str, ns: str, checkpoint_id: str) -> RawTuple | None:
-        return self.run(raw_tuple_plan(self.dialect, thread_id, ns, checkpoint_id))
+        raw = self.run(raw_tuple_plan(self.dialect, thread_id, ns, checkpoint_id))
+        if raw is None:
+            return None
+        versions = raw.record.get("channel_versions") or {}
+        for channel, pair in list(raw.blobs.items()):
+            if _sealed(pair) and channel in versions:
+                where = ValueLocation.blob(thread_id, ns, channel, str(versions[channel]))
+                raw.blobs[channel] = Located(pair, where)
+        raw.writes = [_located_write(thread_id, ns, w) for w in raw.writes]
+        return raw
 
     def delta_rows(
         self, thread_id: str, ns: str, checkpoint_id: str, channels: Sequence[str]
     ) -> list[RawHistoryRow]:
         config = make_config(thread_id, ns, checkpoint_id)
-        return self.run(raw_delta_history_plan(self.dialect, config, channels))
+        rows = self.run(raw_delta_history_plan(self.dialect, config, channels))
+        if not any(_sealed((r.type, r.blob)) for r in rows):
+            return rows
+        # Encrypted values are bound to where they live: give each row its place.
+        depth = max(r.depth for r in rows)
+        at = {a.depth: a.checkpoint_id for a in self.ancestors(thread_id, ns, checkpoint_id, depth)}
+        out: list[RawHistoryRow] = []
+        for r in rows:
+            cid = at.get(r.depth)
+            if cid is None or not _sealed((r.type, r.blob)):
+                out.append(r)
+            elif r.kind == 0:
+                seed = self.raw_tuple(thread_id, ns, cid)
+                stored = seed.blobs.get(r.channel) if seed is not None else None
+                out.append(dataclasses.replace(r, blob=stored) if stored is not None else r)
+            else:
+                where = ValueLocation.write(thread_id, ns, cid, r.task_id, r.idx, r.channel)
+                out.append(dataclasses.replace(r, blob=Located((r.type, r.blob), where)))
+        return out
 
     def ancestors(
         self, thread_id: str, ns: str, checkpoint_id: str, max_depth: int
@@ -293,10 +338,22 @@ class Database:
         checkpoint_ids: Sequence[str],
         channels: Sequence[str] | None = None,
     ) -> list[RawWrite]:
-        return self.run(raw_writes_plan(self.dialect, thread_id, ns, checkpoint_ids, channels))
+        writes = self.run(raw_writes_plan(self.dialect, thread_id, ns, checkpoint_ids, channels))
+        return [_located_write(thread_id, ns, w) for w in writes]
 
     def stats(self, thread_id: str | None = None, top: int = 10) -> Stats:
         return self.run(stats_plan(self.dialect, thread_id, top))
+
+
+def _sealed(pair: Any) -> bool:
+    return isinstance(pair, tuple) and len(pair) == 2 and pair[0] == TAG_ENCRYPTED
+
+
+def _located_write(thread_id: str, ns: str, w: RawWrite) -> RawWrite:
+    if not _sealed((w.type, w.blob)):
+        return w
+    where = ValueLocation.write(thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel)
+    return dataclasses.replace(w, blob=Located((w.type, w.blob), where))
 
 
 def resolved(reader: Any, matches: list[str], thread_id: str, ns: str, ref: str | None) -> str:
@@ -776,7 +833,11 @@ def _delta_view(
             writes.append(
                 WriteView(cid, step, row.task_id, row.task_path, row.idx, row.channel, value)
             )
-    is_delta = seed_is_snapshot or (seed is None and bool(writes))
+    # A seed that cannot be read (encrypted without a key, say) may be a snapshot: say so
+    # rather than call the channel empty.
+    is_delta = (
+        seed_is_snapshot or (seed is None and bool(writes)) or isinstance(seed_value, Unloadable)
+    )
     if spec is None and not is_delta:
         # A stored plain value earlier and no snapshot: a cleared channel, not a delta one.
         return view

@@ -72,6 +72,16 @@ class Loaded:
     size: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A stored `(type, bytes)` pair with the place it is stored at (a
+    `checkpointer.serde.located.ValueLocation`): what an encrypted value, bound to its
+    place, needs to be read."""
+
+    pair: tuple[str, bytes]
+    location: Any
+
+
 class Reader(Protocol):
     """A read-only view of one checkpoint database."""
 
@@ -122,6 +132,8 @@ class Reader(Protocol):
 def raw_size(raw: Any) -> int:
     if isinstance(raw, Loaded):
         return raw.size
+    if isinstance(raw, Located):
+        raw = raw.pair
     try:
         return len(raw[1])
     except (TypeError, IndexError):

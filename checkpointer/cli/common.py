@@ -154,7 +154,15 @@ def _note(key: str) -> Callable[[click.Context, Any, Any], Any]:
 
 
 def output_options(f: F) -> F:
-    """`--width` and `--no-pager`, for commands that print tables."""
+    """`--width`, `--no-pager` and `--key-file`, for commands that print tables."""
+    f = click.option(
+        "--key-file",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_note("checkpointer.key_file"),
+        help="Keys to read encrypted values: one key_id:base64 per line "
+        "(or $CHECKPOINTER_KEY_FILE, or $CHECKPOINTER_KEYS=id:base64,...).",
+    )(f)
     f = click.option(
         "--no-pager",
         is_flag=True,
@@ -313,6 +321,6 @@ def apply_keys(reader: Reader) -> None:
     $CHECKPOINTER_KEY_FILE) so encrypted values can be shown."""
     from checkpointer.cli.keys import keys_serializer
 
-    serde = keys_serializer(getattr(reader, "serde", None))
+    serde = keys_serializer(getattr(reader, "serde", None), _meta("checkpointer.key_file"))
     if serde is not None and isinstance(reader, Database):
         reader.value_serde = serde

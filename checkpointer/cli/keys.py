@@ -41,9 +41,10 @@ def parse_keys(text: str, *, source: str) -> dict[str, bytes]:
     return keys
 
 
-def configured_keys() -> dict[str, bytes]:
+def configured_keys(key_file: str | None = None) -> dict[str, bytes]:
+    """Keys from `key_file` (or $CHECKPOINTER_KEY_FILE) and $CHECKPOINTER_KEYS."""
     keys: dict[str, bytes] = {}
-    path = os.environ.get(KEY_FILE_ENV)
+    path = key_file or os.environ.get(KEY_FILE_ENV)
     if path:
         try:
             with open(path, encoding="utf-8") as f:
@@ -55,10 +56,10 @@ def configured_keys() -> dict[str, bytes]:
     return keys
 
 
-def keys_serializer(inner: Any) -> Any:
+def keys_serializer(inner: Any, key_file: str | None = None) -> Any:
     """An `EncryptedSerializer` over `inner` holding the configured keys (plaintext
     accepted: the tools read mixed databases), or None when no key is configured."""
-    keys = configured_keys()
+    keys = configured_keys(key_file)
     if not keys:
         return None
     from checkpointer.serde.encryption import EncryptedSerializer

@@ -282,7 +282,8 @@ class WriteInfo:
     task_path: str
     idx: int
     channel: str
-    raw: tuple[str, bytes] | None = None
+    raw: Any = None
+    """`(type, bytes)` of an `__interrupt__` write (or it `Located`), else None."""
 
 
 @dataclass(slots=True)
@@ -389,7 +390,7 @@ class RawWrite:
 
 def raw_pair(type_: str, blob: Any) -> Any:
     """What `Reader.load` takes: `(type, bytes)`, or the already loaded value."""
-    return blob if type(blob).__name__ == "Loaded" else (type_, blob)
+    return blob if type(blob).__name__ in ("Loaded", "Located") else (type_, blob)
 
 
 @dataclass(slots=True)
