@@ -16,6 +16,21 @@ from checkpointer.cli.setup_cmds import demo, migrate
 from checkpointer.cli.transfer_cmds import export_cmd, import_cmd, import_langgraph
 
 TRACEBACK_ENV = "CHECKPOINTER_TRACEBACK"
+DISTRIBUTION = "superstep-checkpointer"
+"""The name on PyPI (`checkpointer` there is an unrelated caching library); the import
+package and the command are `checkpointer`."""
+
+
+def _version() -> str:
+    """This distribution's version (a checkout installed under the old name still works)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in (DISTRIBUTION, "checkpointer"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 class CheckpointerGroup(click.Group):
@@ -44,7 +59,7 @@ class CheckpointerGroup(click.Group):
 
 
 @click.group(cls=CheckpointerGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="checkpointer")
+@click.version_option(version=_version(), prog_name="checkpointer")
 @click.option(
     "--traceback",
     is_flag=True,
