@@ -251,7 +251,7 @@ class LangGraphReader:
             raise UnknownThreadError(f"unknown thread {names} in {self.where}")
 
     def resolve(self, thread_id: str, ns: str, ref: str | None) -> str:
-        from checkpointer.inspect import resolved
+        from checkpointer.inspect_db import resolved
 
         plan = resolve_checkpoint_plan(self.tables, thread_id, ns, ref)  # type: ignore[arg-type]
         return resolved(self, self.db.run(plan), thread_id, ns, ref)
