@@ -335,6 +335,20 @@ def channel_views(
             specs is None and not is_internal_channel(name)
         ):
             to_walk.append(name)
+    if specs is not None:
+        # As the graph's own state view does: a channel with no version yet but a value
+        # when empty (a delta channel's empty list) shows that value.
+        for name, spec in specs.items():
+            if name in versions or (only is not None and name not in only):
+                continue
+            if is_internal_channel(name):
+                continue
+            try:
+                empty = spec.from_checkpoint(MISSING)
+            except Exception:  # a channel that cannot start empty has nothing to show
+                continue
+            if empty.is_available():
+                views[name] = ChannelView(name, None, "rebuilt", empty.get())
     if not to_walk:
         return views
     rows = db.delta_rows(raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id, to_walk)
