@@ -192,3 +192,63 @@ def test_write_commands_refuse_a_langgraph_database(lg: LgDb) -> None:
     ):
         assert_one_line_error(run(*args, *lg.args), "import-langgraph")
     assert lg.fingerprint() == before
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_older_schema_levels_read_too(kind: str, tmp_path: Path) -> None:
+    """Databases from before LangGraph's savers stored `task_path` (older SQLite files,
+    Postgres below migration 9): the reads still work, node names just cannot be told."""
+    if kind == "sqlite":
+        import sqlite3
+
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        path = str(tmp_path / "old.db")
+        with SqliteSaver.from_conn_string(path) as saver:
+            graph = chat_graph(ChatFew, 4).compile(checkpointer=saver)
+            graph.invoke({"messages": [HumanMessage(content="hi", id="h")], "turn": 0}, _cfg("t"))
+            snapshots = list(graph.get_state_history(_cfg("t")))
+        with sqlite3.connect(path) as conn:
+            conn.execute("ALTER TABLE writes DROP COLUMN task_path")
+        args = ["--url", path]
+        fingerprint: Any = lambda: _file_fingerprint(path)  # noqa: E731
+        cleanup: Any = None
+    else:
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        require_postgres()
+        schema = f"cp_lgold_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        url = f"{PG_URL}?options=-csearch_path%3D{schema}"
+        with PostgresSaver.from_conn_string(url) as saver:
+            saver.setup()
+            graph = chat_graph(ChatFew, 4).compile(checkpointer=saver)
+            graph.invoke({"messages": [HumanMessage(content="hi", id="h")], "turn": 0}, _cfg("t"))
+            snapshots = list(graph.get_state_history(_cfg("t")))
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'ALTER TABLE "{schema}".checkpoint_writes DROP COLUMN task_path')
+            conn.execute(f'DELETE FROM "{schema}".checkpoint_migrations WHERE v >= 9')
+        args = ["--url", PG_URL, "--schema", schema]
+        fingerprint = lambda: _pg_fingerprint(schema)  # noqa: E731
+
+        def cleanup() -> None:
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+    try:
+        before = fingerprint()
+        entries = run_json("history", "t", *args)["checkpoints"]
+        assert [e["checkpoint_id"] for e in entries] == [
+            s.config["configurable"]["checkpoint_id"] for s in snapshots
+        ]
+        for snap in snapshots:
+            cid = snap.config["configurable"]["checkpoint_id"]
+            shown = run_json("show", "t", cid, *args, "--graph", SCHEMAS["fork"])
+            assert shown["values"] == jsonable(dict(snap.values))
+        assert run_json("stats", *args)["threads"]["count"] == 1
+        assert fingerprint() == before
+    finally:
+        if cleanup is not None:
+            cleanup()
