@@ -26,7 +26,7 @@ from checkpointer.channels import (
     DeltaChannel,
     DeltaSnapshot,
 )
-from checkpointer.errors import CheckpointNotFoundError
+from checkpointer.errors import CheckpointNotFoundError, SchemaVersionError
 from checkpointer.inspect_db import Database as Database
 from checkpointer.inspect_db import DatabaseUnavailableError as DatabaseUnavailableError
 from checkpointer.inspect_db import UnknownThreadError as UnknownThreadError
@@ -75,6 +75,14 @@ def open_reader(
         if found is None and has_langgraph_tables(db):
             yield LangGraphReader.over(db)
             return
+        if found is None:
+            # Not ours and not LangGraph's: say so, rather than advise adding our tables
+            # to someone else's database.
+            raise SchemaVersionError(
+                f"{db.where} has no checkpointer schema and no tables of LangGraph's SQLite "
+                "or Postgres saver: nothing to read (a new database gets its schema from "
+                "`checkpointer migrate --url URL` or saver.setup())"
+            )
         check_revision(found, where=db.where)
         yield db
 

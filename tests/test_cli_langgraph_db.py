@@ -189,6 +189,7 @@ def test_write_commands_refuse_a_langgraph_database(lg: LgDb) -> None:
         ["prune", "fork"],
         ["delete-runs", "r1"],
         ["fork", "fork", "xyz"],
+        ["migrate"],
     ):
         assert_one_line_error(run(*args, *lg.args), "import-langgraph")
     assert lg.fingerprint() == before

@@ -63,7 +63,10 @@ def export_cmd(
         threads = reader.all_thread_ids() if all_threads else list(thread_ids)
         if not all_threads:
             reader.require_threads(threads)
-        with progress("exporting", total=len(threads)) as advance, exportable(reader) as db:
+        with (
+            progress("exporting", total=len(threads)) as advance,
+            exportable(reader, threads) as db,
+        ):
 
             def write(out: TextIO) -> TransferCounts:
                 return export_threads(db, threads, out, on_thread=lambda *_: advance(1))
@@ -81,7 +84,7 @@ def export_cmd(
 
 
 @contextlib.contextmanager
-def exportable(reader: Any) -> Iterator[Database]:
+def exportable(reader: Any, thread_ids: list[str]) -> Iterator[Database]:
     """A database of our schema holding the reader's threads: the reader itself, or for
     a LangGraph database, an in-memory copy made by the one import path (so the file is
     what `checkpointer import` reads, values in our serializer's form)."""
@@ -94,7 +97,7 @@ def exportable(reader: Any) -> Iterator[Database]:
     with Database.open(":memory:", create=True) as memory:
         memory.ensure_schema()
         memory.saver.serde = database_default_serializer()
-        import_threads(reader, memory.saver)
+        import_threads(reader, memory.saver, thread_ids=thread_ids)
         yield memory
 
 
