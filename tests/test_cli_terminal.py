@@ -97,12 +97,27 @@ def test_tables_fit_80_columns_without_cutting_a_header(
     assert headers, text
     assert not [h for h in headers if "…" in h], text
     assert max(len(line) for line in text.splitlines()) <= 80, text
+    # Whole tables: every top rule closes (nothing cropped at the right edge).
+    tops = [line.strip() for line in text.splitlines() if line.lstrip().startswith("┏")]
+    assert tops and all(t.endswith("┓") for t in tops), text
     for name in {
         "threads": ["thread", "checkpoints", "last step", "bytes"],
         "history": ["step", "checkpoint", "source", "nodes", "changed", "pending"],
         "show": ["channel", "kind", "value"],
     }[args[0]]:
         assert name in headers, (name, headers)
+
+
+@pytest.mark.parametrize("cols", [50, 60])
+def test_narrower_terminals_drop_columns_and_say_so(demo: tuple[str, str], cols: int) -> None:
+    path, thread = demo
+    for args in (["threads"], ["history", thread, "--limit", "4"]):
+        text = _in_pty([*args, "--url", path, "--no-pager"], cols=cols)
+        assert max(len(line) for line in text.splitlines()) <= cols, text
+        tops = [line.strip() for line in text.splitlines() if line.lstrip().startswith("┏")]
+        assert tops and all(t.endswith("┓") for t in tops), text
+        assert not [h for h in _headers(text) if "…" in h], text
+        assert "not shown" in text, text
 
 
 def test_long_output_goes_through_the_pager(demo: tuple[str, str], tmp_path: Path) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.pretty import Pretty
@@ -105,27 +108,74 @@ def threads(
             return
         nested = any(r.namespaces != [""] for r in rows)
         wide = console.width >= 100
-        table = Table(title=f"threads ({len(rows)} of {total}, by {sort})")
-        col(table, "thread", overflow="fold", min_width=8)
+        columns = [
+            Col("thread", lambda r: escape(r.thread_id), 0, overflow="fold", min_width=8),
+            Col("checkpoints", lambda r: str(r.checkpoints), 1, justify="right"),
+            Col("last step", lambda r: step_label(r.last_step), 2, justify="right"),
+            Col("bytes", lambda r: human_bytes(r.bytes), 3, justify="right", min_width=8),
+            Col("last update", lambda r: short_ts(r.last_updated), 4, no_wrap=True),
+        ]
         if wide or nested:
-            col(table, "namespaces" if wide else "ns", overflow="fold")
-        col(table, "checkpoints", justify="right")
-        col(table, "last step", justify="right")
-        col(table, "last update", no_wrap=True)
-        col(table, "bytes", justify="right", no_wrap=True, min_width=8)
-        for r in rows:
-            nss = ", ".join(ns or "(root)" for ns in r.namespaces)
-            cells = [escape(r.thread_id)]
-            if wide or nested:
-                cells.append(escape(nss) if wide else str(len(r.namespaces)))
-            cells += [
-                str(r.checkpoints),
-                step_label(r.last_step),
-                short_ts(r.last_updated),
-                human_bytes(r.bytes),
-            ]
-            table.add_row(*cells)
-        console.print(table)
+            columns.insert(
+                1,
+                Col(
+                    "namespaces" if wide else "ns",
+                    lambda r: (
+                        escape(", ".join(ns or "(root)" for ns in r.namespaces))
+                        if wide
+                        else str(len(r.namespaces))
+                    ),
+                    5 if not nested else 2,
+                    overflow="fold",
+                ),
+            )
+        title = f"threads ({len(rows)} of {total}, by {sort})"
+        print_fitted(console, title, columns, rows)
+
+
+@dataclass
+class Col:
+    """A table column: header, how a row fills it, and its priority (0: always shown;
+    higher numbers are dropped first when the terminal is too narrow for all)."""
+
+    header: str
+    cell: Callable[[Any], Any]
+    priority: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self, header: str, cell: Callable[[Any], Any], priority: int = 0, **options: Any
+    ) -> None:
+        self.header, self.cell, self.priority, self.options = header, cell, priority, options
+
+    @property
+    def min_width(self) -> int:
+        return max(int(self.options.get("min_width", 0)), len(self.header))
+
+
+def print_fitted(console: Console, title: str, columns: list[Col], rows: Sequence[Any]) -> None:
+    """Print a table of the columns that fit the console's width (each at least as wide as
+    its header, so no header is cut), dropping the least important first, and say which
+    were left out."""
+    kept = list(columns)
+    while True:
+        table = Table(title=title)
+        for c in kept:
+            col(table, c.header, **c.options)
+        for row in rows:
+            table.add_row(*(c.cell(row) for c in kept))
+        needed = Measurement.get(console, console.options.update_width(10_000), table).minimum
+        droppable = [c for c in kept if c.priority > 0]
+        if needed <= console.width or not droppable:
+            break
+        kept.remove(max(droppable, key=lambda c: c.priority))
+    console.print(table)
+    hidden = [c.header for c in columns if c not in kept]
+    if hidden:
+        console.print(
+            f"[dim]narrow terminal: {', '.join(hidden)} not shown (--width or --json show "
+            "everything)[/]"
+        )
 
 
 def col(table: Table, header: str, **options: Any) -> None:
@@ -154,33 +204,43 @@ def _nodes_label(entry: HistoryEntry) -> str:
     return ", ".join(entry.nodes) + ("*" if entry.nodes_from == "task_paths" else "")
 
 
-def _history_table(entries: list[HistoryEntry], title: str, internal: bool, width: int) -> Table:
-    """Columns chosen by width: full ids and times from 132 columns; below that the ids'
-    unique tails and, under 90, no creation time (`show` has it)."""
+def _history_columns(internal: bool, width: int) -> list[Col]:
+    """Full ids and times from 132 columns; below that the ids' unique tails and the
+    month-day time; under 90 no time (`show` has it); narrower still, columns are dropped
+    by `print_fitted`, least useful first."""
     wide = width >= 132
-    table = Table(title=title)
-    col(table, "step", justify="right", no_wrap=True)
-    col(table, "checkpoint", no_wrap=True, min_width=36 if wide else SHORT_ID)
-    col(table, "source", no_wrap=True, min_width=6)
-    col(table, "nodes", overflow="fold")
-    col(table, "changed", overflow="fold")
-    col(table, "pending", overflow="fold")
-    timed = width >= 90
-    if timed:
-        col(table, "created", no_wrap=True, min_width=19 if wide else 14)
-    for e in entries:
-        cells = [
-            step_label(e.step),
-            e.checkpoint_id if wide else e.checkpoint_id[-SHORT_ID:],
-            e.source or "-",
-            escape(_nodes_label(e)),
-            escape(names(e.changed_channels, internal=internal, hide=is_internal_channel)),
-            _pending_label(e),
-        ]
-        if timed:
-            cells.append(short_ts(e.ts) if wide else short_ts(e.ts)[5:])
-        table.add_row(*cells)
-    return table
+    columns = [
+        Col("step", lambda e: step_label(e.step), 0, justify="right", no_wrap=True),
+        Col(
+            "checkpoint",
+            lambda e: e.checkpoint_id if wide else e.checkpoint_id[-SHORT_ID:],
+            0,
+            no_wrap=True,
+            min_width=36 if wide else SHORT_ID,
+        ),
+        Col("source", lambda e: e.source or "-", 3, no_wrap=True, min_width=6),
+        Col("nodes", lambda e: escape(_nodes_label(e)), 2, overflow="fold"),
+        Col(
+            "changed",
+            lambda e: escape(
+                names(e.changed_channels, internal=internal, hide=is_internal_channel)
+            ),
+            1,
+            overflow="fold",
+        ),
+        Col("pending", _pending_label, 4, overflow="fold"),
+    ]
+    if width >= 90:
+        columns.append(
+            Col(
+                "created",
+                lambda e: short_ts(e.ts) if wide else short_ts(e.ts)[5:],
+                5,
+                no_wrap=True,
+                min_width=19 if wide else 14,
+            )
+        )
+    return columns
 
 
 def _tree_label(e: HistoryEntry, internal: bool, latest: str) -> Text:
@@ -274,7 +334,7 @@ def history(
             console.print(_history_tree(by_id, escape(title), internal))
         else:
             title = f"{where}: branch to {head} ({len(entries)} checkpoints, newest first)"
-            console.print(_history_table(entries, escape(title), internal, console.width))
+            print_fitted(console, escape(title), _history_columns(internal, console.width), entries)
             if console.width < 132:
                 console.print(
                     f"[dim]checkpoint: the last {SHORT_ID} characters of each id (they work "
