@@ -198,3 +198,17 @@ def test_copies_get_fresh_run_ids_and_delete_runs_takes_a_thread(tmp_path: Path)
         done = run_json("delete-runs", run_id, "--thread", "chat", *db.args)
         assert done["threads"][0]["checkpoints_removed"] > 0
         assert len(run_json("history", "chat-copy", *db.args, "--all")["checkpoints"]) == n_copy
+
+
+def test_a_failed_import_leaves_no_new_database(source: Db, tmp_path: Path) -> None:
+    lines = _export_lines(source, "chat")
+    bad = tmp_path / "truncated.jsonl"
+    bad.write_text("".join(lines[: len(lines) // 2]))
+    target = tmp_path / "new.db"
+    assert_one_line_error(run("import", str(bad), "--url", str(target)), "truncated")
+    assert not target.exists() and not list(tmp_path.glob("new.db*"))
+    existing = tmp_path / "existing.db"
+    with empty_db("sqlite", tmp_path) as db:
+        os.replace(db.url, existing)
+    assert_one_line_error(run("import", str(bad), "--url", str(existing)), "truncated")
+    assert existing.exists()  # a database that was there stays

@@ -191,7 +191,7 @@ def import_cmd(
     if file != "-" and not os.path.isfile(file):
         raise CliError(f"no such file: {file!r}")
     total = os.path.getsize(file) if file != "-" else None
-    with open_database(url, schema, create=True) as db:
+    with removed_if_new_on_failure(url), open_database(url, schema, create=True) as db:
         stream = sys.stdin if file == "-" else open(file, encoding="ascii", errors="replace")  # noqa: SIM115
         try:
             with progress("importing", total=total, as_bytes=True) as advance:
@@ -201,6 +201,22 @@ def import_cmd(
                 stream.close()
         where = db.where
     _report_import(counts.as_dict(), where, as_json)
+
+
+@contextlib.contextmanager
+def removed_if_new_on_failure(url: str | None) -> Iterator[None]:
+    """A SQLite target that did not exist before is removed again when the command fails:
+    a failed import leaves no empty database behind."""
+    files = _sqlite_files(url)
+    created = bool(files) and not os.path.exists(files[0])
+    try:
+        yield
+    except BaseException:
+        if created:
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)
+        raise
 
 
 def _report_import(counts: dict[str, int], where: str, as_json: bool) -> None:
@@ -240,29 +256,24 @@ def import_langgraph(
 
     if not url:
         raise CliError(NO_URL)
-    kind, target = parse_url(url)
-    created = kind == "sqlite" and target not in ("", ":memory:") and not os.path.exists(target)
     with open_source(source, schema=source_schema) as reader:
         if thread_ids:
             reader.require_threads(list(thread_ids))
         if not reader.all_thread_ids():
             raise CliError(f"the import source {reader.where} holds no threads")
-        try:
-            with open_database(url, schema, create=True) as db, target_saver(url, db) as saver:
-                with progress("importing threads") as advance:
-                    report = import_threads(
-                        reader,
-                        saver,
-                        thread_ids=list(thread_ids) or None,
-                        on_thread=lambda *_: advance(1),
-                    )
-                where = db.where
-        except BaseException:
-            if created:
-                for suffix in ("", "-wal", "-shm", "-journal"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(target + suffix)
-            raise
+        with (
+            removed_if_new_on_failure(url),
+            open_database(url, schema, create=True) as db,
+            target_saver(url, db) as saver,
+        ):
+            with progress("importing threads") as advance:
+                report = import_threads(
+                    reader,
+                    saver,
+                    thread_ids=list(thread_ids) or None,
+                    on_thread=lambda *_: advance(1),
+                )
+            where = db.where
     if as_json:
         emit_json(report.as_dict())
         return
