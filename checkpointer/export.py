@@ -32,7 +32,11 @@ from typing import Any, Protocol, TextIO
 
 from checkpointer.errors import CheckpointerError, CorruptValueError
 from checkpointer.savers.sql.core import Dialect, Plan, decode_checkpoint, decode_metadata
-from checkpointer.savers.sql.inspect import all_thread_ids_plan, existing_threads_plan
+from checkpointer.savers.sql.inspect import (
+    all_thread_ids_plan,
+    existing_threads_plan,
+    footprint_plan,
+)
 from checkpointer.savers.sql.transfer import (
     BlobRow,
     CheckpointRow,
@@ -276,7 +280,7 @@ def import_plan(
     if on_line is not None:
         on_line(len(first))
     header = read_header(first)
-    threads: list[str] = header["threads"]
+    threads: list[str] = list(dict.fromkeys(header["threads"]))
     wanted = set(threads)
     existing = yield from existing_threads_plan(d, threads)
     if existing and not replace:
@@ -290,6 +294,7 @@ def import_plan(
     checkpoints: list[CheckpointRow] = []
     blobs: list[BlobRow] = []
     writes: list[WriteRow] = []
+    with_checkpoints: set[str] = set()
     end: dict[str, Any] | None = None
     for n, line in enumerate(it, start=2):
         if on_line is not None:
@@ -313,6 +318,7 @@ def import_plan(
             raise ExportFormatError(f"line {n}: thread {thread_id!r} is not in the header")
         ns = _str(record, "checkpoint_ns", n)
         if kind == "checkpoint":
+            with_checkpoints.add(thread_id)
             checkpoints.append(
                 CheckpointRow(
                     thread_id,
@@ -362,7 +368,6 @@ def import_plan(
         if len(checkpoints) + len(blobs) + len(writes) >= BATCH_SIZE:
             yield from _flush(d, counts, checkpoints, blobs, writes)
     yield from _flush(d, counts, checkpoints, blobs, writes)
-    yield from refresh_thread_summaries_plan(d, threads)
     if end is None:
         raise ExportFormatError("the export file is truncated: it has no end record")
     expected = {k: end.get(k) for k in ("checkpoints", "blobs", "writes")}
@@ -371,6 +376,31 @@ def import_plan(
         raise ExportFormatError(
             f"the export file is damaged: the end record says {expected}, the file holds {got}"
         )
+    empty = [t for t in threads if t not in with_checkpoints]
+    if empty:
+        # With --replace the thread was deleted above: importing "nothing" for it would
+        # lose it. The transaction rolls back.
+        names = ", ".join(repr(t) for t in empty)
+        raise ExportFormatError(
+            f"the export file lists thread(s) {names} in its header but holds no checkpoint "
+            "of them; refusing it (nothing was imported or deleted)"
+        )
+    stored = yield from footprint_plan(d, threads)
+    kept = {
+        "checkpoints": len(stored.checkpoints),
+        "blobs": sum(stored.blobs.values()),
+        "writes": sum(stored.writes.values()),
+    }
+    if kept != got:
+        # Rows with the same key twice: the database kept one of each, so the file is not
+        # what an export writes; which copy should win is not ours to guess.
+        extra = {k: got[k] - kept[k] for k in got if got[k] != kept[k]}
+        raise ExportFormatError(
+            "the export file is damaged: it repeats records with the same key "
+            f"({', '.join(f'{n} duplicate {k}' for k, n in extra.items())}); "
+            "nothing was imported"
+        )
+    yield from refresh_thread_summaries_plan(d, threads)
     counts.threads = len(threads)
     return counts
 

@@ -1,10 +1,11 @@
-"""Move threads written by LangGraph's reference savers into ours.
+"""Move threads written by LangGraph's own savers into ours.
 
 Reads a database written by `langgraph-checkpoint-sqlite` or `langgraph-checkpoint-postgres`
-through the reference saver itself (so its serializer decodes the values), reads each write's
-task path and slot from the reference tables (the reference API does not return them), and
-saves everything through our saver: checkpoints oldest first, each channel value once per
-version, pending writes in their original slots and order.
+read-only through `checkpointer.inspect_langgraph.LangGraphReader` (LangGraph's serializer
+decodes the values; each write keeps its task path and slot), and saves everything through
+the target saver, with that saver's own serializer: checkpoints oldest first, each channel
+value once per version, pending writes in their original slots and order. The CLI's
+`import-langgraph` and `import_from_url` are this one path.
 """
 
 from __future__ import annotations
@@ -22,12 +23,29 @@ from checkpointer.types import WRITES_IDX_MAP, make_config
 
 @dataclass
 class ImportReport:
-    """What an import copied."""
+    """What an import did, per thread: `threads` copied by this run; `present` already in
+    the target checkpoint for checkpoint (a re-run of a finished import: nothing to do);
+    `skipped` where the target holds a thread of that id with other checkpoints (never
+    merged; the reason is in `reasons`). Counts are of what this run wrote."""
 
     threads: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
     checkpoints: int = 0
     writes: int = 0
     blobs: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "threads": len(self.threads),
+            "checkpoints": self.checkpoints,
+            "blobs": self.blobs,
+            "writes": self.writes,
+            "thread_ids": list(self.threads),
+            "already_present": list(self.present),
+            "skipped": [{"thread_id": t, "reason": self.reasons.get(t, "")} for t in self.skipped],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,80 +57,8 @@ class _RawWrite:
     value: Any
 
 
-class _ReferenceSource:
-    """A reference database, opened through the reference saver."""
-
-    def __init__(self, saver: Any, query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]):
-        self.saver = saver
-        self._query = query
-        self.writes_table = "writes" if _is_sqlite_saver(saver) else "checkpoint_writes"
-
-    def thread_ids(self) -> list[str]:
-        rows = self._query("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id", ())
-        return [str(r[0]) for r in rows]
-
-    def writes_of(self, thread_id: str, ns: str, checkpoint_id: str) -> list[_RawWrite]:
-        rows = self._query(
-            f"SELECT task_id, task_path, idx, channel, type, "
-            f"{'value' if self.writes_table == 'writes' else 'blob'} FROM {self.writes_table} "
-            "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
-            (thread_id, ns, checkpoint_id),
-        )
-        serde = self.saver.serde
-        out = [
-            _RawWrite(
-                task_id=str(task_id),
-                task_path=task_path or "",
-                idx=int(idx),
-                channel=channel,
-                value=serde.loads_typed((type_, bytes(blob) if blob is not None else b"")),
-            )
-            for task_id, task_path, idx, channel, type_, blob in rows
-        ]
-        out.sort(key=lambda w: (w.task_path, w.task_id, w.idx))
-        return out
-
-
-def _is_sqlite_saver(saver: Any) -> bool:
-    return type(saver).__module__.startswith("langgraph.checkpoint.sqlite")
-
-
-@contextmanager
-def open_reference(url: str) -> Iterator[_ReferenceSource]:
-    """Open a reference database: a Postgres URL, or a SQLite path / `sqlite:///` URL."""
-    if url.startswith(("postgres://", "postgresql://")):
-        try:
-            from langgraph.checkpoint.postgres import PostgresSaver
-        except ImportError as exc:
-            raise CheckpointerError(
-                "importing from Postgres needs langgraph-checkpoint-postgres: "
-                "pip install 'checkpointer[bench]'"
-            ) from exc
-        with PostgresSaver.from_conn_string(url) as pg_saver:
-
-            def pg_query(sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-                with pg_saver._cursor() as cur:
-                    cur.execute(sql, params)
-                    return [tuple(r.values()) if isinstance(r, dict) else r for r in cur.fetchall()]
-
-            yield _ReferenceSource(pg_saver, pg_query)
-        return
-    try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-    except ImportError as exc:
-        raise CheckpointerError(
-            "importing from SQLite needs langgraph-checkpoint-sqlite: "
-            "pip install 'checkpointer[bench]'"
-        ) from exc
-    path = url.removeprefix("sqlite:///")
-    with SqliteSaver.from_conn_string(path) as sqlite_saver:
-
-        def sqlite_query(sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-            with sqlite_saver.cursor(transaction=False) as cur:
-                cur.execute(sql.replace("%s", "?"), params)
-                return list(cur.fetchall())
-
-        yield _ReferenceSource(sqlite_saver, sqlite_query)
+class ImportSourceError(CheckpointerError):
+    """The import source is not a database of LangGraph's savers (or names no such thread)."""
 
 
 def _batches_in_slots(writes: list[_RawWrite]) -> list[list[tuple[str, Any]]]:
@@ -149,45 +95,79 @@ def _batches_in_slots(writes: list[_RawWrite]) -> list[list[tuple[str, Any]]]:
     return batches
 
 
+def _existing(target: BaseCheckpointSaver, thread_id: str) -> set[tuple[str, str]]:
+    """(namespace, checkpoint id) of every checkpoint the target holds for the thread."""
+    found: set[tuple[str, str]] = set()
+    for tup in target.list({"configurable": {"thread_id": thread_id}}):
+        conf = tup.config["configurable"]
+        found.add((conf.get("checkpoint_ns", ""), conf["checkpoint_id"]))
+    return found
+
+
 def import_threads(
-    source: _ReferenceSource,
+    source: Any,
     target: BaseCheckpointSaver,
     *,
     thread_ids: list[str] | None = None,
     on_thread: Callable[[str, int], None] | None = None,
 ) -> ImportReport:
-    """Copy threads from a reference database into `target` (all threads by default)."""
+    """Copy threads from `source` (a `LangGraphReader`) into `target` (all threads by
+    default). A thread the target already holds is left alone: `present` when it holds
+    exactly the source's checkpoints, else `skipped`."""
     from checkpointer.langgraph import LangGraphSaver
 
+    wanted = list(dict.fromkeys(thread_ids)) if thread_ids else source.all_thread_ids()
+    if thread_ids:
+        source.require_threads(wanted)
     writer = LangGraphSaver(target)
     report = ImportReport()
-    for thread_id in thread_ids or source.thread_ids():
-        tuples = list(source.saver.list({"configurable": {"thread_id": thread_id}}))
-        tuples.reverse()  # oldest first: a parent is saved before its children
+    for thread_id in wanted:
+        tuples = list(source.checkpoints_oldest_first(thread_id))
+        keys = {(t.checkpoint_ns, t.checkpoint_id) for t in tuples}
+        existing = _existing(target, thread_id)
+        if existing:
+            if existing == keys:
+                report.present.append(thread_id)
+            else:
+                report.skipped.append(thread_id)
+                report.reasons[thread_id] = (
+                    f"the target already has a thread {thread_id!r} with other checkpoints "
+                    f"({len(existing)} there, {len(keys)} in the source); delete it there "
+                    "first to import it"
+                )
+            if on_thread is not None:
+                on_thread(thread_id, 0)
+            continue
         stored_versions: dict[tuple[str, str], set[str]] = defaultdict(set)
-        for tup in tuples:
-            conf = tup.config["configurable"]
-            ns, checkpoint_id = conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-            parent = tup.parent_config
-            parent_id = parent["configurable"]["checkpoint_id"] if parent else None
-            checkpoint = dict(tup.checkpoint)
+        for raw in tuples:
+            ns, checkpoint_id = raw.checkpoint_ns, raw.checkpoint_id
+            checkpoint = dict(raw.record)
+            checkpoint["channel_values"] = {
+                ch: source.load_native(value) for ch, value in raw.blobs.items()
+            }
+            checkpoint.setdefault("id", checkpoint_id)
+            versions = checkpoint.get("channel_versions") or {}
             new_versions = {}
             for channel in checkpoint["channel_values"]:
-                version = str(checkpoint["channel_versions"].get(channel))
+                if channel not in versions:
+                    continue
+                version = str(versions[channel])
                 if version not in stored_versions[(ns, channel)]:
                     stored_versions[(ns, channel)].add(version)
-                    new_versions[channel] = checkpoint["channel_versions"][channel]
+                    new_versions[channel] = versions[channel]
             writer.put(
-                make_config(thread_id, ns, parent_id),
+                make_config(thread_id, ns, raw.parent_id),
                 checkpoint,  # type: ignore[arg-type]
-                dict(tup.metadata),  # type: ignore[arg-type]
+                dict(raw.metadata),  # type: ignore[arg-type]
                 new_versions,
             )
             report.checkpoints += 1
             report.blobs += len(new_versions)
             by_task: dict[tuple[str, str], list[_RawWrite]] = defaultdict(list)
-            for write in source.writes_of(thread_id, ns, checkpoint_id):
-                by_task[(write.task_path, write.task_id)].append(write)
+            for w in raw.writes:
+                by_task[(w.task_path, w.task_id)].append(
+                    _RawWrite(w.task_id, w.task_path, w.idx, w.channel, source.load_native(w.raw))
+                )
             target_config = make_config(thread_id, ns, checkpoint_id)
             for (task_path, task_id), writes in by_task.items():
                 for batch in _batches_in_slots(writes):
@@ -199,13 +179,46 @@ def import_threads(
     return report
 
 
+@contextmanager
+def open_source(url: str, *, schema: str | None = None) -> Iterator[Any]:
+    """The LangGraph database at `url`, read-only; a clear error naming the source when it
+    cannot be read or holds no LangGraph tables."""
+    from checkpointer.inspect import Database
+    from checkpointer.inspect_langgraph import LangGraphReader, has_langgraph_tables
+
+    try:
+        with Database.open(url, schema=schema, readonly=True) as db:
+            try:
+                found = has_langgraph_tables(db)
+            except CheckpointerError:
+                raise
+            except Exception as exc:
+                raise ImportSourceError(
+                    f"cannot read the import source {db.where}: {' '.join(str(exc).split())}"
+                ) from exc
+            if not found:
+                what = (
+                    "it is a checkpointer database (use `checkpointer export` and `import`)"
+                    if db.revision() is not None
+                    else "it holds no LangGraph checkpoint tables"
+                )
+                raise ImportSourceError(f"the import source {db.where} is not LangGraph's: {what}")
+            yield LangGraphReader.over(db)
+    except ImportSourceError:
+        raise
+    except CheckpointerError as exc:
+        raise ImportSourceError(f"import source: {exc}") from exc
+
+
 def import_from_url(
     url: str,
     target: BaseCheckpointSaver,
     *,
     thread_ids: list[str] | None = None,
     on_thread: Callable[[str, int], None] | None = None,
+    schema: str | None = None,
 ) -> ImportReport:
-    """Open the reference database at `url` and import its threads into `target`."""
-    with open_reference(url) as source:
+    """Open the LangGraph database at `url` (read-only) and import its threads into
+    `target`; the CLI's `import-langgraph` runs this too."""
+    with open_source(url, schema=schema) as source:
         return import_threads(source, target, thread_ids=thread_ids, on_thread=on_thread)

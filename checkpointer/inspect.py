@@ -1,9 +1,10 @@
 """Time travel over a checkpoint database: what the `checkpointer` tools read.
 
-`Database` opens a SQLite file or a PostgreSQL schema by URL and runs the sans-I/O plans of
-`savers.sql.inspect` / `savers.sql.transfer` on it. The functions below turn their raw rows
-into views of a thread: its history (`history_entries`), the full state at one checkpoint
-(`state_view`) and what changed between two (`diff_view`).
+`open_reader(url)` opens a database read-only: ours (`checkpointer.inspect_db.Database`) or
+one written by LangGraph's own savers (`checkpointer.inspect_langgraph.LangGraphReader`),
+both `checkpointer.reader.Reader`s. The functions below turn their raw rows into views of a
+thread: its history (`history`, `history_entries`), the full state at one checkpoint
+(`state_view`) and what changed between two (`diff_view`), the same on either kind.
 
 Values are loaded leniently: one value whose class is not allowed to load shows as an
 `Unloadable` placeholder instead of failing the whole view. Delta channels are rebuilt only
@@ -13,13 +14,9 @@ stored snapshot and the writes since, labelled as such, never a guessed value.
 
 from __future__ import annotations
 
-import os
-import re
-import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from checkpointer.channels import (
@@ -29,280 +26,71 @@ from checkpointer.channels import (
     DeltaChannel,
     DeltaSnapshot,
 )
-from checkpointer.errors import CheckpointerError, CheckpointNotFoundError, DeserializationError
+from checkpointer.errors import CheckpointNotFoundError, SchemaVersionError
+from checkpointer.inspect_db import Database as Database
+from checkpointer.inspect_db import DatabaseUnavailableError as DatabaseUnavailableError
+from checkpointer.inspect_db import UnknownThreadError as UnknownThreadError
+from checkpointer.inspect_db import Unloadable as Unloadable
+from checkpointer.inspect_db import is_snapshot_blob as is_snapshot_blob
+from checkpointer.inspect_db import mask_url as mask_url
+from checkpointer.inspect_db import one_line as one_line
+from checkpointer.inspect_db import tool_serializer as tool_serializer
+from checkpointer.inspect_db import with_langgraph_types as with_langgraph_types
+from checkpointer.reader import Reader
 from checkpointer.replay import channel_from_history
-from checkpointer.savers.sql.core import Dialect, Op, Plan
+from checkpointer.savers.sql.core import Plan
 from checkpointer.savers.sql.inspect import (
-    SNAPSHOT_PREFIX,
     Ancestor,
     Footprint,
     RawHistoryRow,
     RawTuple,
     RawWrite,
     SkeletonNode,
-    ancestors_plan,
-    existing_threads_plan,
     footprint_plan,
-    raw_delta_history_plan,
-    raw_tuple_plan,
-    raw_writes_plan,
-    resolve_checkpoint_plan,
 )
-from checkpointer.savers.sql.migration import check_revision, parse_url
-from checkpointer.savers.sql.saver import SyncExecutor, SyncSqlSaver
+from checkpointer.savers.sql.migration import check_revision
 from checkpointer.serde import MsgpackSerializer
-from checkpointer.types import INTERRUPT, DeltaChannelHistory, make_config
+from checkpointer.types import INTERRUPT, DeltaChannelHistory
 
 T = TypeVar("T")
 AnyChannel = BaseChannel[Any, Any, Any]
 MAX_WALK = 10_000_000
 
 
-class UnknownThreadError(CheckpointerError, LookupError):
-    """A thread id names no thread in the database."""
+@contextmanager
+def open_reader(
+    url: str,
+    *,
+    schema: str | None = None,
+    serde: MsgpackSerializer | None = None,
+) -> Iterator[Reader]:
+    """A read-only `Reader` of the database at `url`: our schema, or the tables of
+    LangGraph's own SQLite or PostgreSQL saver (told apart by what the database holds).
+    Nothing it does can change the database. SchemaVersionError when it holds neither.
+    """
+    from checkpointer.inspect_langgraph import LangGraphReader, has_langgraph_tables
 
-
-class DatabaseUnavailableError(CheckpointerError):
-    """The database could not be opened or reached."""
-
-
-def mask_url(url: str) -> str:
-    """A URL safe to print: the password replaced by ***."""
-    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
-
-
-def tool_serializer(modules: Sequence[str] = (), types: Sequence[type] = ()) -> MsgpackSerializer:
-    """Our serializer plus the modules and types the user allowed (LangGraph's value types
-    are added by `Database.load` when a value needs them: importing LangGraph costs a
-    second, and most commands never load a LangChain message)."""
-    return MsgpackSerializer().with_modules(*modules).with_types(*types)
-
-
-def with_langgraph_types(serde: MsgpackSerializer) -> MsgpackSerializer | None:
-    """`serde` able to load what LangGraph stores (messages, Send, Interrupt), or None
-    when LangGraph is not installed."""
-    try:
-        from checkpointer.langgraph import langgraph_serializer
-    except ImportError:
-        return None
-    return langgraph_serializer(serde)
-
-
-@dataclass(frozen=True, slots=True)
-class Unloadable:
-    """A stored value that could not be loaded (class not allowed, corrupt bytes)."""
-
-    type: str
-    size: int
-    reason: str
-
-    def __repr__(self) -> str:
-        return f"<unloadable value ({self.size} bytes): {self.reason}>"
-
-
-# --------------------------------------------------------------------------- database
-class Database:
-    """An open checkpoint database: runs plans, loads values leniently, and offers the
-    saver for lifecycle operations (delete, copy, prune)."""
-
-    def __init__(
-        self,
-        *,
-        dialect: Dialect,
-        executor: SyncExecutor,
-        saver: SyncSqlSaver,
-        where: str,
-        serde: MsgpackSerializer,
-    ) -> None:
-        self.dialect = dialect
-        self.executor = executor
-        self.saver = saver
-        self.where = where
-        self.serde = serde
-        self._langgraph_tried = False
-
-    @classmethod
-    @contextmanager
-    def open(
-        cls,
-        url: str,
-        *,
-        schema: str | None = None,
-        create: bool = False,
-        serde: MsgpackSerializer | None = None,
-    ) -> Iterator[Database]:
-        """Open `url` (a SQLite path, `sqlite:///path`, or `postgresql://...`; `schema`
-        applies to PostgreSQL only).
-
-        A SQLite file that does not exist is an error unless `create` is set: a typo must
-        not leave an empty database behind. A PostgreSQL server that does not answer is one
-        clear error, not a connection-pool timeout.
-        """
-        serde = serde or tool_serializer()
-        try:
-            kind, target = parse_url(url)
-        except ValueError as exc:
-            raise DatabaseUnavailableError(str(exc)) from exc
-        if kind == "postgres":
-            with _open_postgres(target, schema or "public", serde) as db:
-                yield db
+    with Database.open(url, schema=schema, serde=serde, readonly=True) as db:
+        found = db.revision()
+        if found is None and has_langgraph_tables(db):
+            yield LangGraphReader.over(db)
             return
-        with _open_sqlite(target, create, serde) as db:
-            yield db
-
-    def run(self, plan: Plan[T], *, txn: bool = False) -> T:
-        """Run one plan (in one transaction when `txn`)."""
-        return self.executor.run(Op(plan, txn=txn))
-
-    # ------------------------------------------------------------------ schema
-    def revision(self) -> str | None:
-        version_plan = getattr(self.dialect, "version_plan")  # noqa: B009 - both dialects
-        found: str | None = self.run(version_plan())
-        return found
-
-    def check_schema(self) -> None:
-        """SchemaVersionError (with what to run) unless the schema is this code's."""
-        check_revision(self.revision(), where=self.where)
-
-    def ensure_schema(self) -> None:
-        """Create the schema of an empty database; refuse to touch one at another
-        revision (that is `checkpointer migrate`'s job, done on purpose)."""
-        found = self.revision()
         if found is None:
-            self.saver.setup()
-        else:
-            check_revision(found, where=self.where)
-
-    # ------------------------------------------------------------------ lookups
-    def load(self, raw: tuple[str, bytes]) -> Any:
-        """A stored value, or an `Unloadable` saying why it cannot be shown."""
-        try:
-            return self.serde.loads_typed(raw)
-        except DeserializationError as exc:
-            if not self._langgraph_tried:
-                # Maybe a LangGraph value: teach the serializer LangGraph's types once.
-                self._langgraph_tried = True
-                extended = with_langgraph_types(self.serde)
-                if extended is not None:
-                    self.serde = extended
-                    return self.load(raw)
-            return Unloadable(raw[0], len(raw[1]), str(exc).splitlines()[0])
-
-    def require_threads(self, thread_ids: Sequence[str]) -> None:
-        found = self.run(existing_threads_plan(self.dialect, thread_ids))
-        missing = [t for t in thread_ids if t not in found]
-        if missing:
-            names = ", ".join(repr(t) for t in missing)
-            raise UnknownThreadError(f"unknown thread {names} in {self.where}")
-
-    def resolve(self, thread_id: str, ns: str, ref: str | None) -> str:
-        """The checkpoint id `ref` names in the thread (its head when None): an exact id,
-        or a prefix or suffix matching exactly one."""
-        matches = self.run(resolve_checkpoint_plan(self.dialect, thread_id, ns, ref))
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            self.require_threads([thread_id])
-            where = f"thread {thread_id!r}" + (f" namespace {ns!r}" if ns else "")
-            if ref is None:
-                raise UnknownThreadError(f"{where} has no checkpoints")
-            raise CheckpointNotFoundError(f"unknown checkpoint {ref!r} in {where}")
-        listed = ", ".join(matches[:3])
-        raise CheckpointNotFoundError(
-            f"checkpoint {ref!r} is ambiguous in thread {thread_id!r}: {listed}"
-            + (" ..." if len(matches) > 3 else "")
-        )
-
-
-@contextmanager
-def _open_sqlite(path: str, create: bool, serde: MsgpackSerializer) -> Iterator[Database]:
-    from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
-    from checkpointer.savers.sql.sync_exec import SqliteExecutor, is_memory_path
-    from checkpointer.savers.sqlite import SqliteSaver
-
-    where = f"SQLite database {path!r}"
-    if is_memory_path(path):
-        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    else:
-        if not create and not os.path.exists(path):
-            raise DatabaseUnavailableError(f"no such SQLite database: {path!r}")
-        if os.path.isdir(path):
-            raise DatabaseUnavailableError(f"{path!r} is a directory, not a SQLite database")
-        mode = "rwc" if create else "rw"
-        try:
-            conn = sqlite3.connect(
-                f"{Path(path).resolve().as_uri()}?mode={mode}",
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=5.0,
+            # Not ours and not LangGraph's: say so, rather than advise adding our tables
+            # to someone else's database.
+            raise SchemaVersionError(
+                f"{db.where} has no checkpointer schema and no tables of LangGraph's SQLite "
+                "or Postgres saver: nothing to read (a new database gets its schema from "
+                "`checkpointer migrate --url URL` or saver.setup())"
             )
-        except sqlite3.Error as exc:
-            raise DatabaseUnavailableError(f"cannot open {where}: {exc}") from exc
-    try:
-        executor = SqliteExecutor(conn)
-        saver = SqliteSaver(conn, serde=serde)
-        yield Database(
-            dialect=SqliteDialect(where),
-            executor=executor,
-            saver=saver,
-            where=where,
-            serde=serde,
-        )
-    except sqlite3.DatabaseError as exc:
-        raise DatabaseUnavailableError(f"cannot read {where}: {exc}") from exc
-    finally:
-        conn.close()
-
-
-@contextmanager
-def _open_postgres(url: str, schema: str, serde: MsgpackSerializer) -> Iterator[Database]:
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-
-    from checkpointer.savers.postgres import PostgresSaver
-    from checkpointer.savers.sql.postgres_dialect import PostgresDialect
-    from checkpointer.savers.sql.sync_exec import PostgresExecutor
-
-    masked = mask_url(url)
-    try:
-        options = conninfo_to_dict(url)
-    except psycopg.Error as exc:
-        raise DatabaseUnavailableError(f"bad PostgreSQL URL {masked}: {_one_line(exc)}") from exc
-    extra: dict[str, Any] = {} if "connect_timeout" in options else {"connect_timeout": 10}
-    try:
-        conn = psycopg.Connection.connect(url, autocommit=True, prepare_threshold=None, **extra)
-    except psycopg.Error as exc:
-        raise DatabaseUnavailableError(
-            f"cannot connect to PostgreSQL at {masked}: {_one_line(exc)}"
-        ) from exc
-    try:
-        dialect = PostgresDialect(schema)
-        yield Database(
-            dialect=dialect,
-            executor=PostgresExecutor(conn, prepare=False),
-            saver=PostgresSaver(conn, schema=schema, serde=serde, prepare_threshold=None),
-            where=f"PostgreSQL schema {schema!r} at {masked}",
-            serde=serde,
-        )
-    finally:
-        conn.close()
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+        check_revision(found, where=db.where)
+        yield db
 
 
 # --------------------------------------------------------------------------- helpers
 def is_internal_channel(name: str) -> bool:
     """Channels the runtimes use for scheduling (triggers, barriers, input), not state."""
     return name.startswith(("__", "branch:", "join:"))
-
-
-def is_snapshot_blob(type_: str, blob: bytes) -> bool:
-    """Whether stored bytes hold a `DeltaSnapshot` (told by its marker, without loading:
-    an unloadable snapshot is still a snapshot)."""
-    return type_ == "msgpack" and blob.startswith(SNAPSHOT_PREFIX)
 
 
 def _step(metadata: Mapping[str, Any]) -> int | None:
@@ -335,7 +123,7 @@ def pending_interrupts(writes: Sequence[Any], load: Any) -> list[Any]:
     for w in writes:
         if w.channel != INTERRUPT or w.task_id in finished:
             continue
-        raw = w.raw if hasattr(w, "raw") else (w.type, w.blob)
+        raw = w.raw
         if raw is None:
             continue
         value = load(raw)
@@ -434,6 +222,26 @@ def history_entries(
     return out
 
 
+def history(
+    reader: Reader,
+    thread_id: str,
+    ns: str = "",
+    *,
+    at: str | None = None,
+    all_branches: bool = False,
+    limit: int = 0,
+) -> tuple[str, dict[str, SkeletonNode], list[HistoryEntry]]:
+    """(head, skeleton, entries) of a thread: the branch ending at its head (or at `at`),
+    newest first, the newest `limit` only; or with `all_branches` every checkpoint, oldest
+    first."""
+    head = reader.resolve(thread_id, ns, at)
+    nodes = reader.skeleton(thread_id, ns)
+    ids = sorted(nodes) if all_branches else branch_of(nodes, head)
+    if limit and not all_branches:
+        ids = ids[:limit]
+    return head, nodes, history_entries(nodes, ids, reader.load)
+
+
 # --------------------------------------------------------------------------- state
 ChannelKind = Literal["value", "snapshot", "rebuilt", "delta", "empty"]
 
@@ -506,7 +314,7 @@ def _spec_rebuilds(spec: AnyChannel | None) -> bool:
 
 
 def channel_views(
-    db: Database,
+    db: Reader,
     raw: RawTuple,
     specs: Mapping[str, AnyChannel] | None,
     only: set[str] | None = None,
@@ -524,7 +332,7 @@ def channel_views(
             value = db.load(raw.blobs[name])
             if isinstance(value, DeltaSnapshot):
                 views[name] = ChannelView(name, version, "snapshot", value.value)
-            elif is_snapshot_blob(*raw.blobs[name]):
+            elif db.is_snapshot(raw.blobs[name]):
                 views[name] = ChannelView(name, version, "snapshot", value)  # unloadable
             else:
                 views[name] = ChannelView(name, version, "value", value)
@@ -535,16 +343,27 @@ def channel_views(
             specs is None and not is_internal_channel(name)
         ):
             to_walk.append(name)
+    if specs is not None:
+        # As the graph's own state view does: a channel with no version yet but a value
+        # when empty (a delta channel's empty list) shows that value.
+        for name, spec in specs.items():
+            if name in versions or (only is not None and name not in only):
+                continue
+            if is_internal_channel(name):
+                continue
+            try:
+                empty = spec.from_checkpoint(MISSING)
+            except Exception:  # a channel that cannot start empty has nothing to show
+                continue
+            if empty.is_available():
+                views[name] = ChannelView(name, None, "rebuilt", empty.get())
     if not to_walk:
         return views
-    config = make_config(raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id)
-    rows = db.run(raw_delta_history_plan(db.dialect, config, to_walk))
+    rows = db.delta_rows(raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id, to_walk)
     depth = max((r.depth for r in rows), default=0)
     ancestors: dict[int, Ancestor] = {}
     if depth:
-        walk = db.run(
-            ancestors_plan(db.dialect, raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id, depth)
-        )
+        walk = db.ancestors(raw.thread_id, raw.checkpoint_ns, raw.checkpoint_id, depth)
         ancestors = {a.depth: a for a in walk}
     by_channel: dict[str, list[RawHistoryRow]] = {name: [] for name in to_walk}
     for row in rows:
@@ -556,7 +375,7 @@ def channel_views(
 
 
 def _delta_view(
-    db: Database,
+    db: Reader,
     view: ChannelView,
     rows: list[RawHistoryRow],
     ancestors: Mapping[int, Ancestor],
@@ -570,17 +389,21 @@ def _delta_view(
         at = ancestors.get(row.depth)
         cid = at.checkpoint_id if at else f"<{row.depth} parents up>"
         step = at.step if at else None
-        value = db.load((row.type, row.blob))
+        value = db.load(row.raw)
         if row.kind == 0:
             seed_value = value
-            seed_is_snapshot = is_snapshot_blob(row.type, row.blob)
+            seed_is_snapshot = isinstance(value, DeltaSnapshot) or db.is_snapshot(row.raw)
             shown = value.value if isinstance(value, DeltaSnapshot) else value
             seed = SeedView(cid, step, shown)
         else:
             writes.append(
                 WriteView(cid, step, row.task_id, row.task_path, row.idx, row.channel, value)
             )
-    is_delta = seed_is_snapshot or (seed is None and bool(writes))
+    # A seed that cannot be read (encrypted without a key, say) may be a snapshot: say so
+    # rather than call the channel empty.
+    is_delta = (
+        seed_is_snapshot or (seed is None and bool(writes)) or isinstance(seed_value, Unloadable)
+    )
     if spec is None and not is_delta:
         # A stored plain value earlier and no snapshot: a cleared channel, not a delta one.
         return view
@@ -602,7 +425,7 @@ def _delta_view(
 
 
 def write_views(
-    db: Database, writes: Sequence[RawWrite], steps: Mapping[str, int | None]
+    db: Reader, writes: Sequence[RawWrite], steps: Mapping[str, int | None]
 ) -> list[WriteView]:
     return [
         WriteView(
@@ -612,21 +435,21 @@ def write_views(
             w.task_path,
             w.idx,
             w.channel,
-            db.load((w.type, w.blob)),
+            db.load(w.raw),
         )
         for w in writes
     ]
 
 
-def load_raw(db: Database, thread_id: str, ns: str, checkpoint_id: str) -> RawTuple:
-    raw = db.run(raw_tuple_plan(db.dialect, thread_id, ns, checkpoint_id))
+def load_raw(db: Reader, thread_id: str, ns: str, checkpoint_id: str) -> RawTuple:
+    raw = db.raw_tuple(thread_id, ns, checkpoint_id)
     if raw is None:
         raise CheckpointNotFoundError(f"unknown checkpoint {checkpoint_id!r} in {thread_id!r}")
     return raw
 
 
 def state_view(
-    db: Database,
+    db: Reader,
     thread_id: str,
     ns: str,
     checkpoint_id: str,
@@ -686,6 +509,13 @@ class DiffView:
     unchanged: list[str]
 
 
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except Exception:  # a value whose == raises is not known equal
+        return False
+
+
 def _path_from(walk: list[Ancestor], common: str | None) -> list[Ancestor]:
     """The checkpoints whose pending writes lead from `common` down to the walk's start
     (depth 0), oldest first.
@@ -705,7 +535,7 @@ def _path_from(walk: list[Ancestor], common: str | None) -> list[Ancestor]:
 
 
 def diff_view(
-    db: Database,
+    db: Reader,
     thread_id: str,
     ns: str,
     a_id: str,
@@ -715,8 +545,8 @@ def diff_view(
     """Per channel, what changed from checkpoint A to checkpoint B."""
     raw_a = load_raw(db, thread_id, ns, a_id)
     raw_b = load_raw(db, thread_id, ns, b_id)
-    walk_a = db.run(ancestors_plan(db.dialect, thread_id, ns, a_id, MAX_WALK))
-    walk_b = db.run(ancestors_plan(db.dialect, thread_id, ns, b_id, MAX_WALK))
+    walk_a = db.ancestors(thread_id, ns, a_id, MAX_WALK)
+    walk_b = db.ancestors(thread_id, ns, b_id, MAX_WALK)
     ids_b = {a.checkpoint_id for a in walk_b}
     common = next((a.checkpoint_id for a in walk_a if a.checkpoint_id in ids_b), None)
     relation: Relation
@@ -752,12 +582,26 @@ def diff_view(
     steps = {a.checkpoint_id: a.step for a in [*walk_a, *walk_b]}
     order = {a.checkpoint_id: i for i, a in enumerate([*path_a, *path_b])}
     path_ids = list(dict.fromkeys(a.checkpoint_id for a in [*path_a, *path_b]))
-    raw_writes = db.run(raw_writes_plan(db.dialect, thread_id, ns, path_ids, delta_channels))
+    raw_writes = db.raw_writes(thread_id, ns, path_ids, delta_channels)
     raw_writes.sort(key=lambda w: (order[w.checkpoint_id], w.task_path, w.task_id, w.idx))
     all_writes = write_views(db, raw_writes, steps)
     ids_a = {a.checkpoint_id for a in path_a}
     ids_b_path = {a.checkpoint_id for a in path_b}
 
+    for name in sorted(changed):
+        # A new version can hold an equal value (a node rewrote it unchanged): no change.
+        va, vb = views_a.get(name), views_b.get(name)
+        if (
+            va is not None
+            and vb is not None
+            and va.has_value
+            and vb.has_value
+            and not isinstance(va.value, Unloadable)
+            and _equal(va.value, vb.value)
+        ):
+            changed.discard(name)
+            unchanged.append(name)
+    unchanged.sort()
     diffs: list[ChannelDiff] = []
     for name in sorted(changed):
         status: Literal["added", "removed", "changed"] = (

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from checkpointer.cli.common import CliError, describe_error
+from checkpointer.cli.common import CliError, describe_error, wants_json
 from checkpointer.cli.manage_cmds import copy, delete, delete_runs, fork, prune
 from checkpointer.cli.read_cmds import diff, history, show, stats, threads
 from checkpointer.cli.setup_cmds import demo, migrate
@@ -17,6 +17,21 @@ from checkpointer.cli.transfer_cmds import export_cmd, import_cmd, import_langgr
 from checkpointer.cli.ui_cmd import ui
 
 TRACEBACK_ENV = "CHECKPOINTER_TRACEBACK"
+DISTRIBUTION = "superstep-checkpointer"
+"""The name on PyPI (`checkpointer` there is an unrelated caching library); the import
+package and the command are `checkpointer`."""
+
+
+def _version() -> str:
+    """This distribution's version (a checkout installed under the old name still works)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in (DISTRIBUTION, "checkpointer"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 class CheckpointerGroup(click.Group):
@@ -41,11 +56,11 @@ class CheckpointerGroup(click.Group):
         except Exception as exc:
             if (ctx.obj or {}).get("traceback") or os.environ.get(TRACEBACK_ENV):
                 raise
-            raise CliError(describe_error(exc)) from exc
+            raise CliError(describe_error(exc), as_json=wants_json()) from exc
 
 
 @click.group(cls=CheckpointerGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="checkpointer")
+@click.version_option(version=_version(), prog_name="checkpointer")
 @click.option(
     "--traceback",
     is_flag=True,

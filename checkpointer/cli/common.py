@@ -3,9 +3,12 @@ one-line error a user sees instead of a traceback."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -24,7 +27,8 @@ from rich.progress import (
 
 from checkpointer.cli.graphs import GraphChannels, load_graph
 from checkpointer.errors import CheckpointerError
-from checkpointer.inspect import Database, tool_serializer
+from checkpointer.inspect import Database, open_reader, tool_serializer
+from checkpointer.reader import Reader
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,12 +41,31 @@ WIDE = 200
 
 
 class CliError(click.ClickException):
-    """An error shown as one line, `error: ...`, with exit code 1."""
+    """An error shown as one line, `error: ...`, with exit code 1; with `--json`, also as
+    `{"error": {"message": ...}}` on stdout so a script reading JSON gets JSON."""
 
     exit_code = 1
 
+    def __init__(self, message: str, *, as_json: bool | None = None) -> None:
+        super().__init__(message)
+        self.as_json = as_json
+
     def show(self, file: Any = None) -> None:
+        if self.as_json if self.as_json is not None else wants_json():
+            click.echo(json.dumps({"error": {"message": self.message}}, ensure_ascii=False))
         click.echo(f"error: {self.message}", err=True)
+
+
+def wants_json() -> bool:
+    """Whether the running command was given --json."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().meta.get("checkpointer.json"))
+
+
+def _note_json(ctx: click.Context, _param: Any, value: bool) -> bool:
+    if value:
+        ctx.find_root().meta["checkpointer.json"] = True
+    return value
 
 
 def one_line(text: str) -> str:
@@ -71,11 +94,90 @@ def describe_error(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- output
+def _meta(key: str) -> Any:
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.find_root().meta.get(key)
+
+
 def stdout_console() -> Console:
-    console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
+    width = _meta("checkpointer.width")
+    console = Console(highlight=False, soft_wrap=False, width=width)
+    if width is None and not console.is_terminal and not os.environ.get("COLUMNS"):
         console = Console(highlight=False, width=WIDE)
     return console
+
+
+DEFAULT_PAGER = "less -FRX"
+"""As git does: -F quits when the text fits one screen, -R keeps colours, -X leaves the
+text on the screen."""
+
+
+@contextmanager
+def paged_console() -> Iterator[Console]:
+    """A console whose output goes through a pager (`$PAGER`, else `less -FRX`) when stdout
+    is a terminal and the output is longer than it, as `git log` does; `--no-pager` or
+    `PAGER=cat` turn it off. Off a terminal, output is written as it is."""
+    direct = stdout_console()
+    if not direct.is_terminal or _meta("checkpointer.no_pager"):
+        yield direct
+        return
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=direct.width,
+        highlight=False,
+        soft_wrap=False,
+        force_terminal=True,
+        color_system=direct.color_system,  # type: ignore[arg-type]
+    )
+    yield console
+    text = buffer.getvalue()
+    pager = os.environ.get("PAGER", DEFAULT_PAGER).strip()
+    if text.count("\n") < direct.height or pager in ("", "cat"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        env = {**os.environ, "LESS": os.environ.get("LESS", "FRX")}
+        subprocess.run(pager, shell=True, input=text.encode(), env=env, check=False)
+    except OSError:
+        sys.stdout.write(text)
+
+
+def _note(key: str) -> Callable[[click.Context, Any, Any], Any]:
+    def callback(ctx: click.Context, _param: Any, value: Any) -> Any:
+        if value:
+            ctx.find_root().meta[key] = value
+        return value
+
+    return callback
+
+
+def output_options(f: F) -> F:
+    """`--width`, `--no-pager` and `--key-file`, for commands that print tables."""
+    f = click.option(
+        "--key-file",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_note("checkpointer.key_file"),
+        help="Keys to read encrypted values: one key_id:base64 per line "
+        "(or $CHECKPOINTER_KEY_FILE, or $CHECKPOINTER_KEYS=id:base64,...).",
+    )(f)
+    f = click.option(
+        "--no-pager",
+        is_flag=True,
+        expose_value=False,
+        callback=_note("checkpointer.no_pager"),
+        help="Never page long output (also: PAGER=cat).",
+    )(f)
+    f = click.option(
+        "--width",
+        type=click.IntRange(min=40),
+        expose_value=False,
+        callback=_note("checkpointer.width"),
+        help="Lay tables out for this many columns (default: the terminal's).",
+    )(f)
+    return f
 
 
 def stderr_console() -> Console:
@@ -129,7 +231,13 @@ def database_options(f: F) -> F:
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(f)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        callback=_note_json,
+        help='Print JSON for scripts (errors too: {"error": {"message": ...}}).',
+    )(f)
 
 
 def ns_option(f: F) -> F:
@@ -166,10 +274,16 @@ def open_database(
     check: bool = True,
     modules: Sequence[str] = (),
 ) -> Iterator[Database]:
-    """The database a command works on, schema checked (or created, with `create`)."""
+    """The database a command changes, schema checked (or created, with `create`). A
+    database of LangGraph's own saver is refused with a pointer to `import-langgraph`."""
     if not url:
         raise CliError(NO_URL)
     with Database.open(url, schema=schema, create=create, serde=tool_serializer(modules)) as db:
+        if check and db.revision() is None:
+            from checkpointer.inspect_langgraph import WRITE_HINT, has_langgraph_tables
+
+            if has_langgraph_tables(db):
+                raise CliError(WRITE_HINT)
         if check:
             if create:
                 db.ensure_schema()
@@ -179,11 +293,34 @@ def open_database(
 
 
 @contextmanager
+def open_read(
+    url: str | None, schema: str | None, *, modules: Sequence[str] = ()
+) -> Iterator[Reader]:
+    """A database only read, opened so it cannot change: our schema or LangGraph's."""
+    if not url:
+        raise CliError(NO_URL)
+    with open_reader(url, schema=schema, serde=tool_serializer(modules)) as reader:
+        apply_keys(reader)
+        yield reader
+
+
+@contextmanager
 def open_with_graph(
     url: str | None, schema: str | None, graph_ref: str | None, allow_modules: Sequence[str]
-) -> Iterator[tuple[Database, GraphChannels | None]]:
-    """The database plus the channels of `--graph` (whose module's classes may load)."""
+) -> Iterator[tuple[Reader, GraphChannels | None]]:
+    """The database (read-only) plus the channels of `--graph` (whose module's classes may
+    load)."""
     graph = load_graph(graph_ref) if graph_ref else None
     modules = [*allow_modules, *(graph.modules if graph else ())]
-    with open_database(url, schema, modules=modules) as db:
-        yield db, graph
+    with open_read(url, schema, modules=modules) as reader:
+        yield reader, graph
+
+
+def apply_keys(reader: Reader) -> None:
+    """Give the reader the operator's keys ($CHECKPOINTER_KEYS or the file named by
+    $CHECKPOINTER_KEY_FILE) so encrypted values can be shown."""
+    from checkpointer.cli.keys import keys_serializer
+
+    serde = keys_serializer(getattr(reader, "serde", None), _meta("checkpointer.key_file"))
+    if serde is not None and isinstance(reader, Database):
+        reader.value_serde = serde

@@ -123,6 +123,35 @@ def _chain(*plans: Plan[None]) -> Plan[None]:
         yield from plan
 
 
+def fresh_run_ids_plan(db: Database, thread_id: str) -> Plan[dict[str, str]]:
+    """Give every run of a copied thread a new id (column and metadata), so deleting a
+    run of the source (`delete-runs RUN`) leaves the copy alone. Returns old -> new."""
+    import uuid
+
+    from checkpointer.savers.sql.core import Stmt
+
+    d = db.dialect
+    rows = yield Stmt(
+        f"SELECT DISTINCT run_id FROM {d.checkpoints} WHERE thread_id = {d.p('t')} "
+        "AND run_id IS NOT NULL",
+        {"t": thread_id},
+        fetch=True,
+    )
+    mapping = {str(r[0]): str(uuid.uuid4()) for r in rows}
+    meta = (
+        f"jsonb_set(metadata, '{{run_id}}', to_jsonb(CAST({d.p('new')} AS text)))"
+        if d.name == "postgresql"
+        else f"json_set(metadata, '$.run_id', {d.p('new')})"
+    )
+    for old, new in mapping.items():
+        yield Stmt(
+            f"UPDATE {d.checkpoints} SET run_id = {d.p('new')}, metadata = {meta} "
+            f"WHERE thread_id = {d.p('t')} AND run_id = {d.p('old')}",
+            {"t": thread_id, "old": old, "new": new},
+        )
+    return mapping
+
+
 # --------------------------------------------------------------------------- fork / copy
 @click.command(short_help="Branch from a checkpoint, in place or into a new thread.")
 @click.argument("thread_id")
@@ -162,6 +191,8 @@ def fork(
                 else fork_in_place_plan(db.dialect, thread_id, ns, checkpoint_id)
             )
             result: ForkResult = db.run(plan, txn=True)
+            if target is not None:
+                db.run(fresh_run_ids_plan(db, target), txn=True)
     if as_json:
         emit_json(
             {
@@ -212,6 +243,7 @@ def copy(source: str, target: str, url: str | None, schema: str | None, as_json:
         db.run(refuse_bound_values_plan(db.dialect, source, f"copy thread {source!r}"))
         with progress("copying"):
             db.saver.copy_thread(source, target)
+            db.run(fresh_run_ids_plan(db, target), txn=True)
         copied = db.run(footprint_plan(db.dialect, [target]))
     counts = {
         "checkpoints": len(copied.checkpoints),
@@ -263,10 +295,22 @@ def delete(
 @click.command("delete-runs", short_help="Delete the checkpoints some runs created.")
 @click.argument("run_ids", nargs=-1, required=True, metavar="RUN_ID...")
 @database_options
+@click.option(
+    "--thread",
+    "only_threads",
+    multiple=True,
+    metavar="THREAD",
+    help="Only in these threads (repeatable); other threads keep the runs' checkpoints.",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would be deleted; change nothing.")
 @json_option
 def delete_runs(
-    run_ids: tuple[str, ...], url: str | None, schema: str | None, dry_run: bool, as_json: bool
+    run_ids: tuple[str, ...],
+    url: str | None,
+    schema: str | None,
+    only_threads: tuple[str, ...],
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Delete the checkpoints some runs created (their writes and unused values too).
 
@@ -275,13 +319,23 @@ def delete_runs(
     runs = list(dict.fromkeys(run_ids))
     with open_database(url, schema) as db:
         found = db.run(threads_of_runs_plan(db.dialect, runs))
+        if only_threads:
+            db.require_threads(list(only_threads))
+            found = {r: [t for t in ts if t in only_threads] for r, ts in found.items()}
+            found = {r: ts for r, ts in found.items() if ts}
         unknown = [r for r in runs if r not in found]
         if unknown:
-            raise CliError(f"no checkpoint was created by run {', '.join(map(repr, unknown))}")
+            where = f" in thread(s) {', '.join(map(repr, only_threads))}" if only_threads else ""
+            raise CliError(
+                f"no checkpoint was created by run {', '.join(map(repr, unknown))}{where}"
+            )
         threads = sorted({t for ts in found.values() for t in ts})
+        plan = delete_for_runs_plan(db.dialect, runs, threads if only_threads else None)
         with progress("deleting runs"):
             if dry_run:
-                result = simulate(db, threads, delete_for_runs_plan(db.dialect, runs))
+                result = simulate(db, threads, plan)
+            elif only_threads:
+                result = measure(db, threads, lambda: db.run(plan, txn=True))
             else:
                 result = measure(db, threads, lambda: db.saver.delete_for_runs(runs))
     if as_json:

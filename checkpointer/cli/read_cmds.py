@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.pretty import Pretty
 from rich.table import Table
@@ -20,10 +24,11 @@ from checkpointer.cli.common import (
     graph_options,
     json_option,
     ns_option,
-    open_database,
+    open_read,
     open_with_graph,
+    output_options,
+    paged_console,
     progress,
-    stdout_console,
 )
 from checkpointer.cli.render import (
     diff_json,
@@ -41,18 +46,12 @@ from checkpointer.inspect import (
     HistoryEntry,
     StateView,
     WriteView,
-    branch_of,
     diff_view,
-    history_entries,
     is_internal_channel,
     state_view,
 )
-from checkpointer.savers.sql.inspect import (
-    THREAD_SORTS,
-    skeleton_plan,
-    stats_plan,
-    thread_summaries_plan,
-)
+from checkpointer.inspect import history as history_view
+from checkpointer.savers.sql.inspect import THREAD_SORTS
 
 DELTA_HINT = (
     "delta channels are shown as their nearest stored snapshot plus the writes since; "
@@ -73,11 +72,17 @@ DELTA_HINT = (
 @click.option(
     "--limit", type=click.IntRange(min=0), default=50, show_default=True, help="0: no limit."
 )
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=0, help="Skip this many threads first."
+)
+@output_options
 @json_option
-def threads(url: str | None, schema: str | None, sort: str, limit: int, as_json: bool) -> None:
+def threads(
+    url: str | None, schema: str | None, sort: str, limit: int, offset: int, as_json: bool
+) -> None:
     """List threads: namespaces, checkpoints, last step and update, bytes stored."""
-    with open_database(url, schema) as db:
-        total, rows = db.run(thread_summaries_plan(db.dialect, sort, limit or None))
+    with open_read(url, schema) as db:
+        total, rows = db.thread_summaries(sort, limit or None, offset)
     if as_json:
         emit_json(
             {
@@ -97,28 +102,92 @@ def threads(url: str | None, schema: str | None, sort: str, limit: int, as_json:
             }
         )
         return
-    console = stdout_console()
-    if not rows:
-        console.print(f"no threads in {escape(db.where)}")
-        return
-    table = Table(title=f"threads ({len(rows)} of {total}, by {sort})")
-    table.add_column("thread", no_wrap=True)
-    table.add_column("namespaces")
-    table.add_column("checkpoints", justify="right")
-    table.add_column("last step", justify="right")
-    table.add_column("last update", no_wrap=True)
-    table.add_column("bytes", justify="right")
-    for r in rows:
-        nss = ", ".join(ns or "(root)" for ns in r.namespaces)
-        table.add_row(
-            escape(r.thread_id),
-            escape(nss),
-            str(r.checkpoints),
-            step_label(r.last_step),
-            short_ts(r.last_updated),
-            human_bytes(r.bytes),
-        )
+    with paged_console() as console:
+        if not rows:
+            console.print(f"no threads in {escape(db.where)}")
+            return
+        nested = any(r.namespaces != [""] for r in rows)
+        wide = console.width >= 100
+        columns = [
+            Col("thread", lambda r: escape(r.thread_id), 0, overflow="fold", min_width=8),
+            Col("checkpoints", lambda r: str(r.checkpoints), 1, justify="right"),
+            Col("last step", lambda r: step_label(r.last_step), 2, justify="right"),
+            Col("bytes", lambda r: human_bytes(r.bytes), 3, justify="right", min_width=8),
+            Col("last update", lambda r: short_ts(r.last_updated), 4, no_wrap=True),
+        ]
+        if wide or nested:
+            columns.insert(
+                1,
+                Col(
+                    "namespaces" if wide else "ns",
+                    lambda r: (
+                        escape(", ".join(ns or "(root)" for ns in r.namespaces))
+                        if wide
+                        else str(len(r.namespaces))
+                    ),
+                    5 if not nested else 2,
+                    overflow="fold",
+                ),
+            )
+        title = f"threads ({len(rows)} of {total}, by {sort})"
+        print_fitted(console, title, columns, rows)
+
+
+@dataclass
+class Col:
+    """A table column: header, how a row fills it, and its priority (0: always shown;
+    higher numbers are dropped first when the terminal is too narrow for all)."""
+
+    header: str
+    cell: Callable[[Any], Any]
+    priority: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self, header: str, cell: Callable[[Any], Any], priority: int = 0, **options: Any
+    ) -> None:
+        self.header, self.cell, self.priority, self.options = header, cell, priority, options
+
+    @property
+    def min_width(self) -> int:
+        return max(int(self.options.get("min_width", 0)), len(self.header))
+
+
+def print_fitted(console: Console, title: str, columns: list[Col], rows: Sequence[Any]) -> None:
+    """Print a table of the columns that fit the console's width (each at least as wide as
+    its header, so no header is cut), dropping the least important first, and say which
+    were left out."""
+    kept = list(columns)
+    while True:
+        table = Table(title=title)
+        for c in kept:
+            col(table, c.header, **c.options)
+        for row in rows:
+            table.add_row(*(c.cell(row) for c in kept))
+        needed = Measurement.get(console, console.options.update_width(10_000), table).minimum
+        droppable = [c for c in kept if c.priority > 0]
+        if needed <= console.width or not droppable:
+            break
+        kept.remove(max(droppable, key=lambda c: c.priority))
     console.print(table)
+    hidden = [c.header for c in columns if c not in kept]
+    if hidden:
+        console.print(
+            f"[dim]narrow terminal: {', '.join(hidden)} not shown (--width or --json show "
+            "everything)[/]"
+        )
+
+
+def col(table: Table, header: str, **options: Any) -> None:
+    """A column whose header is never cut: at least as wide as its name."""
+    options.setdefault("min_width", len(header))
+    options["min_width"] = max(options["min_width"], len(header))
+    table.add_column(header, **options)
+
+
+SHORT_ID = 12
+"""Characters of a checkpoint id shown in narrow tables: its random tail, unique in a
+thread, and accepted wherever a CHECKPOINT argument is."""
 
 
 # --------------------------------------------------------------------------- history
@@ -135,26 +204,43 @@ def _nodes_label(entry: HistoryEntry) -> str:
     return ", ".join(entry.nodes) + ("*" if entry.nodes_from == "task_paths" else "")
 
 
-def _history_table(entries: list[HistoryEntry], title: str, internal: bool) -> Table:
-    table = Table(title=title)
-    table.add_column("step", justify="right")
-    table.add_column("checkpoint", no_wrap=True)
-    table.add_column("source")
-    table.add_column("nodes")
-    table.add_column("changed")
-    table.add_column("pending")
-    table.add_column("created", no_wrap=True)
-    for e in entries:
-        table.add_row(
-            step_label(e.step),
-            e.checkpoint_id,
-            e.source or "-",
-            escape(_nodes_label(e)),
-            escape(names(e.changed_channels, internal=internal, hide=is_internal_channel)),
-            _pending_label(e),
-            short_ts(e.ts),
+def _history_columns(internal: bool, width: int) -> list[Col]:
+    """Full ids and times from 132 columns; below that the ids' unique tails and the
+    month-day time; under 90 no time (`show` has it); narrower still, columns are dropped
+    by `print_fitted`, least useful first."""
+    wide = width >= 132
+    columns = [
+        Col("step", lambda e: step_label(e.step), 0, justify="right", no_wrap=True),
+        Col(
+            "checkpoint",
+            lambda e: e.checkpoint_id if wide else e.checkpoint_id[-SHORT_ID:],
+            0,
+            no_wrap=True,
+            min_width=36 if wide else SHORT_ID,
+        ),
+        Col("source", lambda e: e.source or "-", 3, no_wrap=True, min_width=6),
+        Col("nodes", lambda e: escape(_nodes_label(e)), 2, overflow="fold"),
+        Col(
+            "changed",
+            lambda e: escape(
+                names(e.changed_channels, internal=internal, hide=is_internal_channel)
+            ),
+            1,
+            overflow="fold",
+        ),
+        Col("pending", _pending_label, 4, overflow="fold"),
+    ]
+    if width >= 90:
+        columns.append(
+            Col(
+                "created",
+                lambda e: short_ts(e.ts) if wide else short_ts(e.ts)[5:],
+                5,
+                no_wrap=True,
+                min_width=19 if wide else 14,
+            )
         )
-    return table
+    return columns
 
 
 def _tree_label(e: HistoryEntry, internal: bool, latest: str) -> Text:
@@ -206,6 +292,7 @@ def _history_tree(entries: dict[str, HistoryEntry], title: str, internal: bool) 
 @click.option("--at", "at", default=None, metavar="CHECKPOINT", help="Branch ending here.")
 @click.option("--limit", type=click.IntRange(min=0), default=0, help="Newest N only (0: all).")
 @click.option("--internal", is_flag=True, help="Also list scheduling channels (branch:, __*).")
+@output_options
 @json_option
 def history(
     thread_id: str,
@@ -224,13 +311,10 @@ def history(
     --all, every branch as a tree, oldest first. Nodes marked * are read from task paths
     (LangGraph threads do not store node names).
     """
-    with open_database(url, schema) as db:
-        head = db.resolve(thread_id, ns, at)
-        nodes = db.run(skeleton_plan(db.dialect, thread_id, ns))
-        ids = sorted(nodes) if all_branches else branch_of(nodes, head)
-        if limit and not all_branches:
-            ids = ids[:limit]
-        entries = history_entries(nodes, ids, db.load)
+    with open_read(url, schema) as db:
+        head, nodes, entries = history_view(
+            db, thread_id, ns, at=at, all_branches=all_branches, limit=limit
+        )
     if as_json:
         payload: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
         if all_branches:
@@ -241,18 +325,23 @@ def history(
         payload["checkpoints"] = [history_json(e) for e in entries]
         emit_json(payload)
         return
-    console = stdout_console()
-    where = f"thread {thread_id}" + (f" namespace {ns}" if ns else "")
-    if all_branches:
-        by_id = {e.checkpoint_id: e for e in entries}
-        head_count = sum(1 for e in entries if not e.children)
-        title = f"{where}: {len(entries)} checkpoints, {head_count} branch head(s)"
-        console.print(_history_tree(by_id, escape(title), internal))
-    else:
-        title = f"{where}: branch to {head} ({len(entries)} checkpoints, newest first)"
-        console.print(_history_table(entries, escape(title), internal))
-    if any(e.nodes_from == "task_paths" for e in entries):
-        console.print("[dim]* node names read from task paths[/]")
+    with paged_console() as console:
+        where = f"thread {thread_id}" + (f" namespace {ns}" if ns else "")
+        if all_branches:
+            by_id = {e.checkpoint_id: e for e in entries}
+            head_count = sum(1 for e in entries if not e.children)
+            title = f"{where}: {len(entries)} checkpoints, {head_count} branch head(s)"
+            console.print(_history_tree(by_id, escape(title), internal))
+        else:
+            title = f"{where}: branch to {head} ({len(entries)} checkpoints, newest first)"
+            print_fitted(console, escape(title), _history_columns(internal, console.width), entries)
+            if console.width < 132:
+                console.print(
+                    f"[dim]checkpoint: the last {SHORT_ID} characters of each id (they work "
+                    "as CHECKPOINT arguments; --width 132 shows whole ids)[/]"
+                )
+        if any(e.nodes_from == "task_paths" for e in entries):
+            console.print("[dim]* node names read from task paths[/]")
 
 
 # --------------------------------------------------------------------------- show
@@ -317,9 +406,9 @@ def _render_state(console: Console, view: StateView, internal: bool) -> None:
     console.print(Panel("\n".join(lines), title="checkpoint", expand=False))
 
     table = Table(title="state", show_lines=True)
-    table.add_column("channel", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("value")
+    col(table, "channel", overflow="fold")
+    col(table, "kind", no_wrap=True)
+    col(table, "value", overflow="fold")
     hidden = 0
     for name, ch in view.channels.items():
         if not internal and is_internal_channel(name):
@@ -332,18 +421,29 @@ def _render_state(console: Console, view: StateView, internal: bool) -> None:
     if any(c.kind == "delta" for c in view.channels.values()):
         console.print(f"[yellow]{DELTA_HINT}[/]")
 
-    if view.pending_writes:
+    if view.pending_writes and console.width >= 120:
         pending = Table(title=f"pending writes ({len(view.pending_writes)})")
-        pending.add_column("task", no_wrap=True)
-        pending.add_column("path")
-        pending.add_column("idx", justify="right")
-        pending.add_column("channel")
-        pending.add_column("value")
+        col(pending, "task", no_wrap=True)
+        col(pending, "path", overflow="fold")
+        col(pending, "idx", justify="right")
+        col(pending, "channel", overflow="fold")
+        col(pending, "value", overflow="fold")
         for w in view.pending_writes:
             pending.add_row(
                 w.task_id, escape(w.task_path), str(w.idx), escape(w.channel), Pretty(w.value)
             )
         console.print(pending)
+    elif view.pending_writes:
+        # Narrow: one block per write, the value on its own lines at full width.
+        console.print(Text(f"pending writes ({len(view.pending_writes)})", style="bold"))
+        for w in view.pending_writes:
+            label = Text("• ", style="dim")
+            label.append(w.channel, style="bold")
+            label.append(f"  idx {w.idx}  task {w.task_id[:8]}…", style="dim")
+            if w.task_path:
+                label.append(f"  path {w.task_path}", style="green")
+            console.print(label)
+            console.print(Padding(Pretty(w.value, indent_guides=False), (0, 0, 0, 4)))
     else:
         console.print("[dim]no pending writes[/]")
     if view.interrupts:
@@ -359,6 +459,7 @@ def _render_state(console: Console, view: StateView, internal: bool) -> None:
 @graph_options
 @click.option("--channel", "channels", multiple=True, metavar="NAME", help="Only these channels.")
 @click.option("--internal", is_flag=True, help="Also show scheduling channels (branch:, __*).")
+@output_options
 @json_option
 def show(
     thread_id: str,
@@ -390,7 +491,8 @@ def show(
     if as_json:
         emit_json(state_json(view))
         return
-    _render_state(stdout_console(), view, internal)
+    with paged_console() as console:
+        _render_state(console, view, internal)
 
 
 # --------------------------------------------------------------------------- diff
@@ -458,10 +560,10 @@ def _render_diff(console: Console, view: DiffView, internal: bool) -> None:
         console.print("no channel changed")
     else:
         table = Table(show_lines=True)
-        table.add_column("channel", no_wrap=True)
-        table.add_column("change", no_wrap=True)
-        table.add_column("A")
-        table.add_column("B")
+        col(table, "channel", overflow="fold")
+        col(table, "change", no_wrap=True)
+        col(table, "A", overflow="fold")
+        col(table, "B", overflow="fold")
         for c in shown:
             pair = None
             if c.a is not None and c.b is not None and c.a.has_value and c.b.has_value:
@@ -490,6 +592,7 @@ def _render_diff(console: Console, view: DiffView, internal: bool) -> None:
 @ns_option
 @graph_options
 @click.option("--internal", is_flag=True, help="Also show scheduling channels (branch:, __*).")
+@output_options
 @json_option
 def diff(
     thread_id: str,
@@ -516,7 +619,8 @@ def diff(
     if as_json:
         emit_json(diff_json(view))
         return
-    _render_diff(stdout_console(), view, internal)
+    with paged_console() as console:
+        _render_diff(console, view, internal)
 
 
 # --------------------------------------------------------------------------- stats
@@ -530,6 +634,7 @@ def diff(
     show_default=True,
     help="Largest threads listed.",
 )
+@output_options
 @json_option
 def stats(
     url: str | None, schema: str | None, thread_id: str | None, top: int, as_json: bool
@@ -539,11 +644,11 @@ def stats(
     Bytes are stored payload (records, values, writes), not page or index overhead; the
     database size on disk is shown too when the whole database is measured.
     """
-    with open_database(url, schema) as db:
+    with open_read(url, schema) as db:
         if thread_id is not None:
             db.require_threads([thread_id])
         with progress("measuring"):
-            result = db.run(stats_plan(db.dialect, thread_id, top))
+            result = db.stats(thread_id, top)
     delta = [c for c in result.channels if c.is_delta]
     snapshot_bytes = sum(c.snapshot_bytes for c in delta)
     delta_write_bytes = sum(c.write_bytes for c in delta)
@@ -595,10 +700,22 @@ def stats(
     if as_json:
         emit_json(jsonable(payload))
         return
-    console = stdout_console()
+    with paged_console() as console:
+        _render_stats(console, result, thread_id, delta, snapshot_bytes, delta_write_bytes)
+
+
+def _render_stats(
+    console: Console,
+    result: Any,
+    thread_id: str | None,
+    delta: list[Any],
+    snapshot_bytes: int,
+    delta_write_bytes: int,
+) -> None:
+    delta_total = snapshot_bytes + delta_write_bytes
     tables = Table(title="tables" + (f" (thread {escape(thread_id)})" if thread_id else ""))
     for column in ("table", "rows", "bytes", "on disk"):
-        tables.add_column(column, justify="left" if column == "table" else "right")
+        col(tables, column, justify="left" if column == "table" else "right")
     for t in result.tables:
         tables.add_row(t.table, str(t.rows), human_bytes(t.bytes), human_bytes(t.disk_bytes))
     console.print(tables)
@@ -612,7 +729,12 @@ def stats(
             title=f"largest threads ({len(result.threads)} of {result.thread_count})"
         )
         for column in ("thread", "checkpoints", "records", "values", "writes", "total"):
-            threads_table.add_column(column, justify="left" if column == "thread" else "right")
+            col(
+                threads_table,
+                column,
+                justify="left" if column == "thread" else "right",
+                overflow="fold",
+            )
         for big in result.threads:
             threads_table.add_row(
                 escape(big.thread_id),
@@ -625,8 +747,11 @@ def stats(
         console.print(threads_table)
     channels_table = Table(title="channels")
     for column in ("channel", "kind", "values", "of which snapshots", "writes", "total"):
-        channels_table.add_column(
-            column, justify="left" if column in ("channel", "kind") else "right"
+        col(
+            channels_table,
+            "snapshots" if column == "of which snapshots" and console.width < 100 else column,
+            justify="left" if column in ("channel", "kind") else "right",
+            overflow="fold",
         )
     for c in result.channels:
         channels_table.add_row(

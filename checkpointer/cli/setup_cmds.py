@@ -36,6 +36,12 @@ def migrate(url: str | None, schema: str | None, print_sql: bool) -> None:
         return
     with open_database(url, schema, create=True, check=False) as db:
         before = db.revision()
+        if before is None:
+            from checkpointer.inspect_langgraph import WRITE_HINT, has_langgraph_tables
+
+            if has_langgraph_tables(db):
+                # Our tables do not belong in another saver's database.
+                raise CliError(WRITE_HINT)
         db.saver.setup()
         after = db.revision()
     if before == after:

@@ -1412,8 +1412,11 @@ def _delete_plan(
         yield d.delete_keys(d.blobs, ("thread_id", "checkpoint_ns", "channel", "version"), garbage)
 
 
-def delete_for_runs_plan(d: Dialect, run_ids: Sequence[str]) -> Plan[None]:
-    """Checkpoints created by the runs, their writes, and blobs nothing else uses.
+def delete_for_runs_plan(
+    d: Dialect, run_ids: Sequence[str], thread_ids: Sequence[str] | None = None
+) -> Plan[None]:
+    """Checkpoints created by the runs, their writes, and blobs nothing else uses (only in
+    `thread_ids` when given).
 
     Refuses (CheckpointerError) when a checkpoint of another run rebuilds a delta channel
     from a doomed one: deleting would silently change that checkpoint's state.
@@ -1424,6 +1427,8 @@ def delete_for_runs_plan(d: Dialect, run_ids: Sequence[str]) -> Plan[None]:
         {"runs": d.list_param(runs)},
         fetch=True,
     )
+    if thread_ids is not None:
+        rows = [r for r in rows if r[0] in set(thread_ids)]
     if not rows:
         return
     namespaces, blobs = yield from _skeleton_plan(d, sorted(r[0] for r in rows))

@@ -10,6 +10,8 @@ lengths, JSON fields, list aggregates) are spelled per dialect, in `_Sql`.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +41,24 @@ def _snapshot_prefix() -> bytes:
 
 
 SNAPSHOT_PREFIX = _snapshot_prefix()
+COMPRESSED_MSGPACK = "msgpack+zstd"
+
+
+def snapshot_marked(type_: str, blob: bytes) -> bool:
+    """Whether a stored value is a `DeltaSnapshot`, told from its first bytes; a
+    compressed value has only its first bytes decompressed."""
+    if type_ == "msgpack":
+        return bytes(blob[: len(SNAPSHOT_PREFIX)]) == SNAPSHOT_PREFIX
+    if type_ != COMPRESSED_MSGPACK:
+        return False
+    try:
+        import zstandard
+
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(blob))) as reader:
+            head = reader.read(len(SNAPSHOT_PREFIX))
+    except Exception:  # a corrupt frame is not a snapshot we can tell
+        return False
+    return bytes(head) == SNAPSHOT_PREFIX
 
 
 class _Sql:
@@ -127,7 +147,7 @@ class ThreadSummary:
 
 
 def thread_summaries_plan(
-    d: Dialect, sort: str = "updated", limit: int | None = None
+    d: Dialect, sort: str = "updated", limit: int | None = None, offset: int = 0
 ) -> Plan[tuple[int, list[ThreadSummary]]]:
     """(number of threads, the summaries sorted and limited) in two statements.
 
@@ -168,9 +188,13 @@ def thread_summaries_plan(
         f"(SELECT {q.field('h.checkpoint', 'ts')} {head}) AS last_ts FROM s) q "
         f"ORDER BY {order}"
     )
-    if limit is not None:
-        sql += f" LIMIT {d.p('limit')}"
-        params["limit"] = max(int(limit), 0)
+    if limit is not None or offset:
+        sql += f" LIMIT {d.p('limit')} OFFSET {d.p('offset')}"
+        params["limit"] = max(int(limit), 0) if limit is not None else -1
+        if q.pg and limit is None:
+            sql = sql.replace(f"LIMIT {d.p('limit')} ", "")
+            del params["limit"]
+        params["offset"] = max(int(offset), 0)
     rows = yield Stmt(sql, params, fetch=True)
     summaries = [
         ThreadSummary(
@@ -258,7 +282,8 @@ class WriteInfo:
     task_path: str
     idx: int
     channel: str
-    raw: tuple[str, bytes] | None = None
+    raw: Any = None
+    """`(type, bytes)` of an `__interrupt__` write (or it `Located`), else None."""
 
 
 @dataclass(slots=True)
@@ -354,7 +379,18 @@ class RawWrite:
     idx: int
     channel: str
     type: str
-    blob: bytes
+    blob: Any
+    """The stored bytes (or a `checkpointer.reader.Loaded` value, from readers of formats
+    that only give values decoded)."""
+
+    @property
+    def raw(self) -> Any:
+        return raw_pair(self.type, self.blob)
+
+
+def raw_pair(type_: str, blob: Any) -> Any:
+    """What `Reader.load` takes: `(type, bytes)`, or the already loaded value."""
+    return blob if type(blob).__name__ in ("Loaded", "Located") else (type_, blob)
 
 
 @dataclass(slots=True)
@@ -367,7 +403,8 @@ class RawTuple:
     parent_id: str | None
     record: dict[str, Any]
     metadata: dict[str, Any]
-    blobs: dict[str, tuple[str, bytes]]
+    blobs: dict[str, Any]
+    """channel -> `(type, bytes)` (or a `Loaded` value) stored at the checkpoint's version."""
     writes: list[RawWrite]
 
 
@@ -475,7 +512,12 @@ class RawHistoryRow:
     task_id: str
     idx: int
     type: str
-    blob: bytes
+    blob: Any
+    """Bytes, or a `checkpointer.reader.Loaded` value."""
+
+    @property
+    def raw(self) -> Any:
+        return raw_pair(self.type, self.blob)
 
 
 def raw_delta_history_plan(
@@ -629,6 +671,30 @@ def stats_plan(d: Dialect, thread_id: str | None = None, top: int = 10) -> Plan[
     channels = [
         ChannelBytes(str(ch), _int(bn), _int(bb), _int(sn), _int(sb), _int(wn), _int(wb))
         for ch, bn, bb, sn, sb, wn, wb in channel_rows
+    ]
+    # Compressed values hide their snapshot marker from SQL: look at their first bytes.
+    zstd_params = {**params, "zstd": COMPRESSED_MSGPACK}
+    zstd_where = f"{where} AND" if where else " WHERE"
+    compressed = yield Stmt(
+        f"SELECT channel, blob FROM {d.blobs}{zstd_where} type = {d.p('zstd')}",
+        zstd_params,
+        fetch=True,
+    )
+    found: dict[str, list[int]] = {}
+    for channel, blob in compressed:
+        if snapshot_marked(COMPRESSED_MSGPACK, bytes(blob)):
+            tally = found.setdefault(str(channel), [0, 0])
+            tally[0] += 1
+            tally[1] += len(bytes(blob))
+    channels = [
+        dataclasses.replace(
+            c,
+            snapshots=c.snapshots + found[c.channel][0],
+            snapshot_bytes=c.snapshot_bytes + found[c.channel][1],
+        )
+        if c.channel in found
+        else c
+        for c in channels
     ]
 
     database_bytes = free_bytes = None
