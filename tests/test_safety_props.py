@@ -79,7 +79,12 @@ op = st.one_of(  # puts weigh more: most other calls need a history to work on
     st.tuples(st.just("list"), st.sampled_from(THREADS)),
     st.tuples(st.just("prune"), ids_arg, st.sampled_from(["delete", "keep_latest"])),
     st.tuples(st.just("delete_for_runs"), st.one_of(st.just("run1"), st.just(["run1"]))),
-    st.tuples(st.just("copy"), st.sampled_from(THREADS), st.sampled_from(THREADS), st.booleans()),
+    st.tuples(
+        st.just("copy"),
+        st.sampled_from(THREADS),
+        st.sampled_from(["existing", "fresh", "self"]),
+        st.booleans(),
+    ),
     st.tuples(st.just("compact"), st.sampled_from(THREADS)),
     st.tuples(st.just("retention"), ids_arg),
 )
@@ -240,7 +245,12 @@ def _one_call(kind: str, saver: Any, runner: Runner, model: Model, operation: tu
         for thread in THREADS:
             model.threads.pop(thread, None)
     elif name == "copy":
-        src, dst, replace = operation[1], operation[2], operation[3]
+        src, target, replace = operation[1], operation[2], operation[3]
+        # Onto a thread that holds checkpoints, one that does not, or the source itself.
+        others = [t for t in THREADS if t != src]
+        existing = [t for t in others if model.threads.get(t)] or others
+        fresh = [t for t in others if not model.threads.get(t)] or others
+        dst = {"existing": existing[0], "fresh": fresh[0], "self": src}[target]
         call("copy_thread", model.tid(src), model.tid(dst), replace=replace)
         if src != dst:
             model.threads[dst] = dict(model.threads.get(src, {}))

@@ -507,19 +507,19 @@ class InMemorySaver(BaseCheckpointSaver):
             _delta_channels(metadata.get("counters_since_delta_snapshot")),
         )
         with self._lock:
-            namespaces = self._threads.setdefault(thread_id, {})
-            namespace = namespaces.get(ns)
-            if namespace is None:
-                namespace = namespaces[ns] = Namespace()
-            previous = namespace.get(checkpoint_id)
+            namespaces = self._threads.get(thread_id)
+            namespace = namespaces.get(ns) if namespaces is not None else None
+            previous = namespace.get(checkpoint_id) if namespace is not None else None
             # Checked before anything changes: a parent that is not stored here could
             # close a loop of parent pointers later, and a re-put never moves a checkpoint.
             if previous is not None and previous.parent_id != parent_id:
                 raise put_parent_mismatch(
                     thread_id, ns, checkpoint_id, previous.parent_id, parent_id
                 )
-            if parent_id is not None and parent_id not in namespace:
+            if parent_id is not None and (namespace is None or parent_id not in namespace):
                 raise put_parent_missing(thread_id, ns, checkpoint_id, parent_id)
+            if namespace is None:
+                namespace = self._threads.setdefault(thread_id, {})[ns] = Namespace()
             self._touch(thread_id)
             self._blobs.update(blobs)
             early = self._orphan_writes.pop((thread_id, ns, checkpoint_id), None)
