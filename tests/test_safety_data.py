@@ -385,3 +385,34 @@ def test_list_pages_are_bounded_by_bytes(
 def test_errors_are_the_library_s_own() -> None:
     for cls in (CorruptHistoryError, ParentNotFoundError, ParentMismatchError, ThreadExistsError):
         assert issubclass(cls, CheckpointerError)
+
+
+def test_get_state_and_history_end_on_a_loop(tmp_path: Path) -> None:
+    """The runtime's state reads go through the same walk: typed error, no hang."""
+    from collections import Counter
+
+    from tests.test_graph import linear_builder
+
+    for saver in (InMemorySaver(), SqliteSaver(tmp_path / "graph.db")):
+        if isinstance(saver, SqliteSaver):
+            saver.setup()
+        graph = linear_builder(Counter()).compile(checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": "g"}}
+        graph.invoke({"messages": ["hi"], "topic": "x"}, config)
+        ids = sorted(t.config["configurable"]["checkpoint_id"] for t in saver.list(config))
+        if isinstance(saver, InMemorySaver):
+            saver._threads["g"][""][ids[-2]].parent_id = ids[-1]
+        else:
+            with sqlite3.connect(tmp_path / "graph.db") as conn:
+                conn.execute(
+                    "UPDATE checkpointer_checkpoints SET parent_checkpoint_id = ? "
+                    "WHERE checkpoint_id = ?",
+                    (ids[-1], ids[-2]),
+                )
+        # The head's parent now points back at the head.
+        with pytest.raises(CorruptHistoryError):
+            graph.get_state(config)
+        with pytest.raises(CorruptHistoryError):
+            list(graph.get_state_history(config))
+        if isinstance(saver, SqliteSaver):
+            saver.close()
