@@ -5,6 +5,7 @@ a string is never taken for a list of ids, `copy_thread` never merges two histor
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import tracemalloc
@@ -242,15 +243,34 @@ async def test_a_string_is_never_taken_for_a_list_of_ids(harness: Harness) -> No
         assert await harness.get_tuple(make_config(thread)) is not None
 
 
-def test_a_string_of_ids_is_refused_through_the_langgraph_adapter() -> None:
+def test_the_langgraph_adapter_keeps_the_guarantees() -> None:
     pytest.importorskip("langgraph")
     from checkpointer.langgraph import LangGraphSaver
 
-    saver = LangGraphSaver(InMemorySaver())
+    inner = InMemorySaver()
+    saver = LangGraphSaver(inner)
     with pytest.raises(ConfigError):
         saver.prune("abc", strategy="delete")
     with pytest.raises(ConfigError):
         saver.delete_for_runs("run9")
+    # copy_thread and the delta walk keep their guarantees through the adapter.
+    for thread in ("a", "b"):
+        root = _checkpoint(0)
+        config = inner.put(make_config(thread), root, {}, {})
+        inner.put(config, _checkpoint(1), {"counters_since_delta_snapshot": {"d": (1, 1)}}, {})
+    with pytest.raises(ThreadExistsError):
+        saver.copy_thread("a", "b")
+    with pytest.raises(ThreadExistsError):
+        asyncio.run(saver.acopy_thread("a", "b"))
+    asyncio.run(saver.acopy_thread("a", "b", replace=True))
+    assert [t.config for t in inner.list(make_config("b"))] == [
+        {**t.config, "configurable": {**t.config["configurable"], "thread_id": "b"}}
+        for t in inner.list(make_config("a"))
+    ]
+    ids = sorted(inner._threads["a"][""])
+    inner._threads["a"][""][ids[0]].parent_id = ids[1]
+    with pytest.raises(CorruptHistoryError):
+        saver.get_delta_channel_history(config=make_config("a", "", ids[1]), channels=["d"])
 
 
 # ------------------------------------------------------------------ 6. copy_thread
@@ -324,7 +344,7 @@ async def test_a_value_over_the_storage_limit_is_refused_with_nothing_written(
 
 
 # ------------------------------------------------------------------ 14. list memory
-def _peak_of_first_item(saver: Any, config: RunnableConfig) -> int:
+def _peak_of_first_item(saver: Any, config: RunnableConfig | None) -> int:
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -373,6 +393,9 @@ def test_list_pages_are_bounded_by_bytes(
         _fill_big(saver, "big", 40, shared)
         peak = _peak_of_first_item(saver, make_config("big"))
         assert peak < 16 * 1024 * 1024, f"first item of list() took {peak / 2**20:.1f} MiB"
+        if not shared:  # across threads, pages are sized from every summary's average
+            peak = _peak_of_first_item(saver, None)
+            assert peak < 16 * 1024 * 1024, f"list(None) took {peak / 2**20:.1f} MiB"
         listed = list(saver.list(make_config("big")))
         assert [t.metadata["step"] for t in listed] == list(range(39, -1, -1))
     finally:

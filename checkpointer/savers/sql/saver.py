@@ -45,6 +45,7 @@ from checkpointer.savers.base import (
     validate_thread_listing,
     validate_ttl,
 )
+from checkpointer.savers.sql import core
 from checkpointer.savers.sql import lifecycle as lc
 from checkpointer.savers.sql.core import (
     WALK_BOUND_REACHED,
@@ -414,9 +415,15 @@ class _SqlPrograms:
         return count
 
     def _list_page(
-        self, query: ListQuery, after: tuple[str, str, str] | None, remaining: int | None
+        self,
+        query: ListQuery,
+        after: tuple[str, str, str] | None,
+        remaining: int | None,
+        cap: int | None = None,
     ) -> tuple[Program[list[Row]], int] | None:
         size = self.page_size if remaining is None else min(remaining, self.page_size)
+        if cap is not None:
+            size = min(size, cap)
         if size <= 0:
             return None
         return self._p_read(lambda d: list_page_stmt(d, query, after, size, remaining)), size
@@ -430,12 +437,15 @@ class _ListPager:
         self.remaining = query.limit
         self.after: tuple[str, str, str] | None = None
         self.size = 0
+        self.cap: int | None = None
         self.done = False
 
     def next_page(self) -> Program[list[Row]] | None:
         """The read of the next page, or None when the listing is complete."""
         page = (
-            None if self.done else self.programs._list_page(self.query, self.after, self.remaining)
+            None
+            if self.done
+            else self.programs._list_page(self.query, self.after, self.remaining, self.cap)
         )
         if page is None:
             return None
@@ -455,6 +465,10 @@ class _ListPager:
             return
         key = last.config["configurable"]
         self.after = (key["checkpoint_id"], key["thread_id"], key["checkpoint_ns"])
+        # Another page follows: size it by what this one weighed (the statement sizes it
+        # from summaries, which know nothing of values shared across checkpoints).
+        weight = sum(len(row[7]) for row in rows if row[7] is not None) // max(count, 1)
+        self.cap = max(1, core.LIST_PAGE_BYTES // max(weight, 1))
         if self.remaining is not None:
             self.remaining -= count
 
