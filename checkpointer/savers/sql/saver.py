@@ -104,6 +104,10 @@ Program = Generator[Op[Any], Any, T]
 DEFAULT_PAGE_SIZE = 1000
 """Checkpoints per `list()` statement: one statement for a page, never one per checkpoint."""
 
+FIRST_CROSS_THREAD_PAGE = 8
+"""Checkpoints in the first page of a listing across threads; later pages are sized by
+what it weighed (up to `core.LIST_PAGE_BYTES` and `page_size`)."""
+
 
 class SyncExecutor(Protocol):
     trace: StatementHook | None
@@ -437,7 +441,9 @@ class _ListPager:
         self.remaining = query.limit
         self.after: tuple[str, str, str] | None = None
         self.size = 0
-        self.cap: int | None = None
+        # Across threads the statement only knows average weights: a first page of a few
+        # checkpoints measures the real one (see `tuples`) before pages grow.
+        self.cap: int | None = FIRST_CROSS_THREAD_PAGE if query.thread_id is None else None
         self.done = False
 
     def next_page(self) -> Program[list[Row]] | None:
