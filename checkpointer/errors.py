@@ -153,3 +153,34 @@ class StorageUnavailableError(CheckpointerError):
     out, the operation is not safe to repeat, or there is no pool to reconnect from (the
     message says which, and names the database). Nothing acknowledged before it is lost;
     the driver's error is the `__cause__`."""
+
+
+class CorruptHistoryError(CorruptValueError):
+    """Parent pointers loop: walking a checkpoint's ancestors came back to a checkpoint
+    it had already passed (a row edited by hand, or written by an old version that let
+    `put` link to a parent it did not have). Names the checkpoint where the loop closes;
+    nothing is read past it, so a walk over a damaged thread ends instead of spinning."""
+
+
+class ParentNotFoundError(CheckpointNotFoundError, ConfigError):
+    """`put` was given a parent (the config's `checkpoint_id`) that is not stored in that
+    thread and namespace. Nothing was written: a checkpoint never links to a parent it
+    cannot reach, so parent pointers can never form a loop."""
+
+
+class ParentMismatchError(ConfigError):
+    """`put` of a checkpoint id that is already stored, with another parent than the one
+    stored. Nothing was written: re-saving a checkpoint updates it in place but never
+    moves it in the tree (that would change the history its children replay)."""
+
+
+class ThreadExistsError(CheckpointerError):
+    """`copy_thread` onto a thread that already holds checkpoints; pass `replace=True`
+    to delete it first (in the same transaction on SQL savers)."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} already exists; copy_thread(..., replace=True) deletes it "
+            "first, or copy to a new thread id"
+        )

@@ -252,8 +252,10 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self.saver.delete_for_runs(run_ids)
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self.saver.copy_thread(source_thread_id, target_thread_id)
+    def copy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, replace: bool = False
+    ) -> None:
+        self.saver.copy_thread(source_thread_id, target_thread_id, replace=replace)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self.saver.prune(thread_ids, strategy=strategy)
@@ -315,8 +317,10 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await self.saver.adelete_for_runs(run_ids)
 
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self.saver.acopy_thread(source_thread_id, target_thread_id)
+    async def acopy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, replace: bool = False
+    ) -> None:
+        await self.saver.acopy_thread(source_thread_id, target_thread_id, replace=replace)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self.saver.aprune(thread_ids, strategy=strategy)

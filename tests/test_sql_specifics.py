@@ -149,15 +149,16 @@ async def test_list_pages_are_one_statement_each(sql: Sql, monkeypatch: pytest.M
     counter.reset()
     assert len(await sql.list(make_config("pages"), limit=7)) == 7
     assert counter.count == 1
-    # Across threads, and for a thread over the budget, pages of page_size.
+    # Across threads, pages of page_size (the checkpoints are small).
     counter.reset()
     assert len(await sql.list(None)) == 10
     assert counter.count == 3
-    monkeypatch.setattr(core, "WHOLE_THREAD_PAGE_BYTES", 10)
+    # A thread over the byte budget: pages of as many as fit, at least one each.
+    monkeypatch.setattr(core, "LIST_PAGE_BYTES", 10)
     sql.saver._dialect._sql_cache.clear()
     counter.reset()
     listed = await sql.list(make_config("pages"))
-    assert counter.count == 3
+    assert counter.count == 11
     assert [t.metadata["step"] for t in listed] == list(range(9, -1, -1))
 
 

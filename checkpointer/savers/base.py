@@ -15,13 +15,20 @@ import json
 import json.encoder
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring
 from typing import Any, Literal
 
 from checkpointer.channels import BaseChannel
-from checkpointer.errors import ConfigError, CorruptValueError, SerializationError
+from checkpointer.errors import (
+    ConfigError,
+    CorruptHistoryError,
+    CorruptValueError,
+    ParentMismatchError,
+    ParentNotFoundError,
+    SerializationError,
+)
 from checkpointer.ids import next_channel_version
 from checkpointer.lifecycle import (
     THREAD_SORTS,
@@ -221,6 +228,53 @@ def parent_id_for_put(config: RunnableConfig, checkpoint: Checkpoint) -> str | N
     return parent_id
 
 
+def put_parent_missing(
+    thread_id: str, ns: str, checkpoint_id: str, parent_id: str
+) -> ParentNotFoundError:
+    return ParentNotFoundError(
+        f"put(): checkpoint {checkpoint_id!r} names parent {parent_id!r}, which is not "
+        f"stored in thread {thread_id!r}, namespace {ns!r}; save the parent first (or "
+        "pass a config without checkpoint_id for a root). Nothing was written"
+    )
+
+
+def put_parent_mismatch(
+    thread_id: str, ns: str, checkpoint_id: str, stored: str | None, given: str | None
+) -> ParentMismatchError:
+    return ParentMismatchError(
+        f"put(): checkpoint {checkpoint_id!r} of thread {thread_id!r}, namespace {ns!r} is "
+        f"stored with parent {stored!r}; saving it again with parent {given!r} would move "
+        "it in the history. Re-save it with its own parent, or save a new checkpoint id. "
+        "Nothing was written"
+    )
+
+
+def history_loop(thread_id: str, ns: str, checkpoint_id: str) -> CorruptHistoryError:
+    """The error every ancestor walk raises when it reaches a checkpoint a second time."""
+    return CorruptHistoryError(
+        "parent pointers loop: walking the ancestors came back to this checkpoint; "
+        "the thread's history is damaged (edit parent_checkpoint_id to break the loop, "
+        "or restore the thread)",
+        thread_id=thread_id,
+        checkpoint_ns=ns,
+        checkpoint_id=checkpoint_id,
+    )
+
+
+def require_sequence(value: Any, what: str) -> builtins.list[Any]:
+    """A list of ids from an argument that must be a sequence of them: a lone `str` (or
+    bytes) is refused, never iterated character by character (`prune("abc")` must not
+    touch threads "a", "b" and "c")."""
+    if isinstance(value, str | bytes | bytearray):
+        raise ConfigError(
+            f"{what} must be a list of ids, got the single string {value!r}; "
+            f"wrap it in a list: [{value!r}]"
+        )
+    if isinstance(value, Mapping) or not isinstance(value, Iterable):
+        raise ConfigError(f"{what} must be a list of ids, got {type(value).__name__}")
+    return builtins.list(value)
+
+
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
     return all(key in metadata and metadata[key] == value for key, value in filter.items())
 
@@ -284,7 +338,12 @@ class BaseCheckpointSaver:
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         raise NotImplementedError
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+    def copy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, replace: bool = False
+    ) -> None:
+        """Copy a thread's whole history to `target_thread_id`. A target that already holds
+        checkpoints is refused (ThreadExistsError) unless `replace=True`, which deletes it
+        first, in the same transaction on SQL savers: two histories never merge."""
         raise NotImplementedError
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -389,10 +448,16 @@ class BaseCheckpointSaver:
         walk = _HistoryWalk(channels)
         target = self.get_tuple(config)
         cursor = target.parent_config if target else None
+        seen = {checkpoint_id_of(target.config)} if target else set()
         while cursor is not None and walk.remaining:
             tup = self.get_tuple(cursor)
             if tup is None:
                 break
+            here = checkpoint_id_of(tup.config)
+            if here in seen:
+                conf = tup.config["configurable"]
+                raise history_loop(conf["thread_id"], conf.get("checkpoint_ns", ""), str(here))
+            seen.add(here)
             walk.visit(tup)
             cursor = tup.parent_config
         return walk.result()
@@ -447,8 +512,12 @@ class BaseCheckpointSaver:
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await asyncio.to_thread(self.delete_for_runs, run_ids)
 
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+    async def acopy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, replace: bool = False
+    ) -> None:
+        await asyncio.to_thread(
+            lambda: self.copy_thread(source_thread_id, target_thread_id, replace=replace)
+        )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))

@@ -19,7 +19,12 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from checkpointer.channels import BaseChannel
-from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
+from checkpointer.errors import (
+    CheckpointerError,
+    CheckpointNotFoundError,
+    CorruptHistoryError,
+    ThreadExistsError,
+)
 from checkpointer.lifecycle import (
     IdleThreadTTL,
     KeepLast,
@@ -34,9 +39,13 @@ from checkpointer.savers.base import (
     BaseCheckpointSaver,
     _HistoryWalk,
     dumps_json,
+    history_loop,
     metadata_counters_as_pairs,
     metadata_matches,
     parent_id_for_put,
+    put_parent_mismatch,
+    put_parent_missing,
+    require_sequence,
     resolve_now,
     validate_metadata_filter,
     validate_prune_strategy,
@@ -285,10 +294,14 @@ class InMemorySaver(BaseCheckpointSaver):
             target_id = target_id or (namespace.head() if namespace else None)
             target = namespace.get(target_id) if target_id else None
             cursor = target.parent_id if target else None
+            seen = {target_id} if target else set()
             while cursor is not None and walk.remaining:
                 stored = namespace.get(cursor)
                 if stored is None:
                     break
+                if cursor in seen:
+                    raise history_loop(thread_id, ns, cursor)
+                seen.add(cursor)
                 remaining = walk.remaining
                 # Decode only what the walk still needs: writes to, and stored values of,
                 # the channels without a seed yet.
@@ -494,18 +507,25 @@ class InMemorySaver(BaseCheckpointSaver):
             _delta_channels(metadata.get("counters_since_delta_snapshot")),
         )
         with self._lock:
+            namespaces = self._threads.get(thread_id)
+            namespace = namespaces.get(ns) if namespaces is not None else None
+            previous = namespace.get(checkpoint_id) if namespace is not None else None
+            # Checked before anything changes: a parent that is not stored here could
+            # close a loop of parent pointers later, and a re-put never moves a checkpoint.
+            if previous is not None and previous.parent_id != parent_id:
+                raise put_parent_mismatch(
+                    thread_id, ns, checkpoint_id, previous.parent_id, parent_id
+                )
+            if parent_id is not None and (namespace is None or parent_id not in namespace):
+                raise put_parent_missing(thread_id, ns, checkpoint_id, parent_id)
+            if namespace is None:
+                namespace = self._threads.setdefault(thread_id, {})[ns] = Namespace()
             self._touch(thread_id)
             self._blobs.update(blobs)
-            namespaces = self._threads.setdefault(thread_id, {})
-            namespace = namespaces.get(ns)
-            if namespace is None:
-                namespace = namespaces[ns] = Namespace()
-            previous = namespace.get(checkpoint_id)
             early = self._orphan_writes.pop((thread_id, ns, checkpoint_id), None)
             if previous is not None:
                 # Re-saving a checkpoint updates it in place; it keeps its place in the tree,
                 # its pin and its writes.
-                stored.parent_id = previous.parent_id
                 stored.pinned = previous.pinned
                 stored.writes = {**(early or {}), **previous.writes}
             elif early is not None:
@@ -570,7 +590,7 @@ class InMemorySaver(BaseCheckpointSaver):
             }
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        doomed_runs = set(run_ids)
+        doomed_runs = set(require_sequence(run_ids, "run_ids"))
         if not doomed_runs:
             return
         with self._lock:
@@ -584,11 +604,16 @@ class InMemorySaver(BaseCheckpointSaver):
                         del namespace[cid]
             self._drop_unreferenced_blobs()
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+    def copy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, replace: bool = False
+    ) -> None:
         """Copy every checkpoint, value and pending write. When the serializer binds values
         to their location, each is re-sealed for the target thread (the bytes of the source
-        would not decrypt there)."""
+        would not decrypt there). A target that holds checkpoints is refused unless
+        `replace`, which deletes it first (two histories never merge)."""
         source_id, target_id = source_thread_id, target_thread_id
+        if source_id == target_id:
+            return
         relocating = is_located(self.serde) and source_id != target_id
 
         def moved(data: Typed, where: ValueLocation) -> Typed:
@@ -597,6 +622,10 @@ class InMemorySaver(BaseCheckpointSaver):
             return relocate(self.serde, data, where, _replace(where, thread_id=target_id))
 
         with self._lock:
+            if any(self._threads.get(target_id, {}).values()) and not replace:
+                raise ThreadExistsError(target_id)
+            if replace:
+                self.delete_thread(target_id)
             source = self._threads.get(source_id, {})
             target = self._threads.setdefault(target_id, {})
             for ns, namespace in source.items():
@@ -628,6 +657,7 @@ class InMemorySaver(BaseCheckpointSaver):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         validate_prune_strategy(strategy)
+        thread_ids = require_sequence(thread_ids, "thread_ids")
         with self._lock:
             for thread_id in thread_ids:
                 if strategy == "delete":
@@ -726,6 +756,8 @@ class InMemorySaver(BaseCheckpointSaver):
             config = make_config(thread_id, item.ns, item.checkpoint_id)
             try:
                 histories = self.get_delta_channel_history(config=config, channels=item.channels)
+            except CorruptHistoryError:
+                raise  # a loop in parent pointers: no plan for this thread can be trusted
             except CheckpointerError:
                 histories = {}
             values, missing = materialize_values(specs, item.channels, histories)
@@ -916,9 +948,7 @@ def _write_location(
 
 
 def _unique(thread_ids: Sequence[str]) -> list[str]:
-    if isinstance(thread_ids, str):
-        thread_ids = [thread_ids]
-    return [str(t) for t in dict.fromkeys(thread_ids)]
+    return [str(t) for t in dict.fromkeys(require_sequence(thread_ids, "thread_ids"))]
 
 
 def _skipped(outcome: ThreadOutcome, reason: str) -> ThreadOutcome:
@@ -981,8 +1011,12 @@ def _history_ancestors(
     stored = namespace[checkpoint_id]
     remaining = _unstored_channels(thread_id, ns, stored, blobs)
     chain: list[str] = []
+    seen = {checkpoint_id}
     cursor = stored.parent_id
     while remaining and cursor is not None and cursor in namespace:
+        if cursor in seen:
+            raise history_loop(thread_id, ns, cursor)
+        seen.add(cursor)
         chain.append(cursor)
         ancestor = namespace[cursor]
         remaining = {

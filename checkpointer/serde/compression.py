@@ -11,6 +11,9 @@ compression reads back through a saver without it. Decompression is bounded
 (`max_decompressed_size`) so a corrupt or hostile frame cannot exhaust memory; corrupt,
 truncated or oversized data raises `DeserializationError`.
 
+What is written always reads back: a value whose encoding is over the bound is stored
+uncompressed (no frame to expand), never as a frame that every read would refuse.
+
 Needs the `zstandard` package (imported on first use).
 """
 
@@ -31,7 +34,12 @@ ZSTD_SUFFIX = "+zstd"
 DEFAULT_THRESHOLD = 1024
 DEFAULT_LEVEL = 3
 DEFAULT_MAX_DECOMPRESSED_SIZE = 256 * 1024 * 1024
-"""Upper bound on one decompressed value (256 MiB): larger frames are refused."""
+"""Upper bound on one decompressed value (256 MiB): larger frames are refused on reading,
+and never written (such a value is stored uncompressed). Read when used, not imported."""
+
+
+def _limit(max_size: int | None) -> int:
+    return DEFAULT_MAX_DECOMPRESSED_SIZE if max_size is None else max_size
 
 
 def _zstd() -> Any:
@@ -55,8 +63,10 @@ def compress(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
     )
 
 
-def decompress(data: bytes, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes:
-    """Inverse of `compress`; refuses frames without a declared size or above `max_size`."""
+def decompress(data: bytes, max_size: int | None = None) -> bytes:
+    """Inverse of `compress`; refuses frames without a declared size or above `max_size`
+    (None: `DEFAULT_MAX_DECOMPRESSED_SIZE`)."""
+    max_size = _limit(max_size)
     zstd = _zstd()
     try:
         size = zstd.frame_content_size(data)
@@ -83,9 +93,7 @@ def is_compressed(tag: str) -> bool:
     return isinstance(tag, str) and tag.endswith(ZSTD_SUFFIX)
 
 
-def decompress_typed(
-    data: tuple[str, bytes], max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
-) -> tuple[str, bytes]:
+def decompress_typed(data: tuple[str, bytes], max_size: int | None = None) -> tuple[str, bytes]:
     """A stored `(tag, bytes)` pair with any compression undone; other pairs unchanged."""
     if not isinstance(data, tuple) or len(data) != 2:
         return data
@@ -139,7 +147,7 @@ class CompressingSerializer:
         *,
         threshold: int = DEFAULT_THRESHOLD,
         level: int = DEFAULT_LEVEL,
-        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+        max_decompressed_size: int | None = None,
     ) -> None:
         if inner is None:
             from checkpointer.serde.msgpack_serde import default_serializer
@@ -169,6 +177,11 @@ class CompressingSerializer:
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         tag, data = self.inner.dumps_typed(obj)
         if len(data) < self.threshold or is_compressed(tag):
+            return tag, data
+        # Savers read every value through `decompress_typed` with the default bound, and
+        # this serializer with its own: a frame over either could be written but never
+        # read, so such a value is stored as it is.
+        if len(data) > min(_limit(self.max_decompressed_size), _limit(None)):
             return tag, data
         try:
             packed = compress(data, self.level)

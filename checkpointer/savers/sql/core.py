@@ -23,12 +23,16 @@ from checkpointer.errors import (
     ConfigError,
     CorruptValueError,
     SerializationError,
+    ValueTooLarge,
 )
 from checkpointer.savers.base import (
     dumps_json,
+    history_loop,
     metadata_counters_as_pairs,
     new_blob_channels,
     parent_id_for_put,
+    put_parent_mismatch,
+    put_parent_missing,
     resolve_now,
     validate_metadata_filter,
 )
@@ -69,8 +73,23 @@ Row = tuple[Any, ...]
 MAX_CHANNELS_PER_QUERY = 62
 """Delta history tracks unseeded channels as bits of one signed 64-bit integer."""
 
-MAX_WALK_DEPTH = 10_000_000
-"""Safety bound of the ancestor walk, should parent pointers ever form a loop."""
+MAX_STORED_VALUE_BYTES = 1_000_000_000
+"""The most one stored value may hold, as serialized (after compression): SQLite's
+default length limit, and under PostgreSQL's 1 GiB per field. Checked before any
+statement, so a put over it raises ValueTooLarge with nothing written, instead of a
+driver error from the middle of its transaction."""
+
+
+def check_stored_sizes(rows: Iterable[tuple[str, str, bytes]], where: str) -> None:
+    """ValueTooLarge for the first (channel, type, bytes) row over the limit."""
+    limit = MAX_STORED_VALUE_BYTES
+    for channel, _type, data in rows:
+        if len(data) > limit:
+            raise ValueTooLarge(len(data), limit, f"the value of channel {channel!r} {where}")
+
+
+WALK_BOUND_REACHED = -1
+"""Row kind of `delta_history_stmt` for a walk that reached its bound (see there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,10 +625,22 @@ class ListQuery:
         return query
 
 
-WHOLE_THREAD_PAGE_BYTES = 128 * 1024 * 1024
-"""A thread whose stored values total at most this is listed in one statement, whatever
-its checkpoint count: the page then holds at most this much, and a long thread of small
-checkpoints costs one round trip instead of one per `page_size` checkpoints."""
+LIST_PAGE_BYTES = 64 * 1024 * 1024
+"""About the most one `list()` page holds in values: pages are bounded by bytes as well
+as by `page_size`. A thread that fits is listed in one statement, whatever its checkpoint
+count (a long thread of small checkpoints costs one round trip, not one per `page_size`);
+a bigger one in pages of as many checkpoints as fit. What a checkpoint weighs comes from
+the thread summary (stored bytes per checkpoint) and from the values the thread's head
+references (a large value shared by every checkpoint is in every one of them); across
+threads, from all summaries."""
+
+
+def _least(a: str, b: str) -> str:
+    return f"(CASE WHEN {a} < {b} THEN {a} ELSE {b} END)"
+
+
+def _greatest(a: str, b: str) -> str:
+    return f"(CASE WHEN {a} > {b} THEN {a} ELSE {b} END)"
 
 
 def list_page_stmt(
@@ -621,10 +652,10 @@ def list_page_stmt(
 ) -> Stmt:
     """One page of `list()`, newest first; `after` is the last (id, thread, ns) seen.
 
-    The page holds `page_size` checkpoints, or a whole thread of at most
-    `WHOLE_THREAD_PAGE_BYTES` (per its summary row) up to `remaining`. Each checkpoint row
-    carries the limit the page used (`page_limit_of`), so the caller knows when it is the
-    last page."""
+    The page holds at most `page_size` checkpoints and about `LIST_PAGE_BYTES` of values
+    (at least one checkpoint), or a whole thread that fits in that many bytes (per its
+    summary row) up to `remaining`. Each checkpoint row carries the limit the page used
+    (`page_limit_of`), so the caller knows when it is the last page."""
     where: list[str] = []
     params: dict[str, Any] = {"limit": page_size}
     if query.thread_id is not None:
@@ -651,22 +682,41 @@ def list_page_stmt(
         where.append(d.metadata_filter("metadata", f"fk{i}", f"fv{i}"))
 
     whole_thread = query.thread_id is not None
+    params["page_bytes"] = LIST_PAGE_BYTES
     if whole_thread:
-        params["page_bytes"] = WHOLE_THREAD_PAGE_BYTES
         params["cap"] = remaining if remaining is not None else 2**62
 
     def build() -> str:
         limit = d.typed(d.p("limit"), "bigint")
+        page_bytes = d.typed(d.p("page_bytes"), "bigint")
         if whole_thread:
+            # What one checkpoint weighs: the thread's average, or what its head's values
+            # weigh if more (a value every checkpoint shares counts in every one).
+            head = (
+                f"(SELECT coalesce(sum({d.size('hb.blob')}), 0) FROM {d.checkpoints} h "
+                f"{d.versions_join('h.checkpoint', 'hv')} JOIN {d.blobs} hb ON "
+                "hb.thread_id = h.thread_id AND hb.checkpoint_ns = h.checkpoint_ns AND "
+                f"hb.channel = hv.key AND hb.version = {d.versions_value('hv')} WHERE "
+                f"h.thread_id = {d.p('thread_id')} AND h.checkpoint_ns = '' AND "
+                "h.checkpoint_id = s.head_checkpoint_id)"
+            )
+            weight = _greatest(
+                _greatest("(s.bytes / " + _greatest("s.checkpoint_count", "1") + ")", head), "1"
+            )
             # One more than the summary's count: a whole thread then comes back short of the
             # limit and ends the listing; a stale count only costs another page.
-            count = "(s.checkpoint_count + 1)"
+            cap = d.typed(d.p("cap"), "bigint")
             limit = (
-                f"coalesce((SELECT CASE WHEN s.bytes <= {d.typed(d.p('page_bytes'), 'bigint')} "
-                f"AND {count} > {limit} THEN (CASE WHEN {count} < {d.typed(d.p('cap'), 'bigint')} "
-                f"THEN {count} ELSE {d.typed(d.p('cap'), 'bigint')} END) ELSE {limit} END "
-                f"FROM {d.threads} s WHERE s.thread_id = {d.p('thread_id')}), {limit})"
+                "coalesce((SELECT CASE WHEN z.fit >= z.n THEN (CASE WHEN z.n > "
+                f"{limit} THEN {_least('z.n', cap)} ELSE {limit} END) "
+                f"ELSE {_greatest('1', _least('z.fit', limit))} END FROM (SELECT "
+                f"s.checkpoint_count + 1 AS n, {page_bytes} / {weight} AS fit "
+                f"FROM {d.threads} s WHERE s.thread_id = {d.p('thread_id')}) z), {limit})"
             )
+        else:
+            count = _greatest("coalesce(sum(a.checkpoint_count), 0)", "1")
+            everyone = f"(SELECT coalesce(sum(a.bytes), 0) / {count} FROM {d.threads} a)"
+            limit = _greatest("1", _least(f"({page_bytes} / {_greatest(everyone, '1')})", limit))
         page = f"SELECT {_TUPLE_COLUMNS}, {limit} AS page_limit FROM {d.checkpoints}"
         if where:
             page += " WHERE " + " AND ".join(where)
@@ -802,7 +852,9 @@ def _applied_order(row: Row) -> tuple[str, str, int]:
 
 
 # --------------------------------------------------------------------------- delta history
-def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[str]) -> Stmt:
+def delta_history_stmt(
+    d: Dialect, config: RunnableConfig, channels: Sequence[str], bound: int | None = None
+) -> Stmt:
     """Seeds and writes for up to 62 channels in one recursive statement.
 
     The walk follows parent pointers from the target (never id order), carrying a bitmask of
@@ -810,6 +862,12 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
     writes count for those channels), `mask_out` after it (minus the channels it stores a
     value for). It stops when `mask_out` is 0 or the root is passed. The target row itself
     enters with 0, so its own writes and values are ignored.
+
+    The walk is bounded by the thread's checkpoint count (its summary row's, or `bound`):
+    a walk without a loop visits each checkpoint at most once, so one that gets that deep
+    has come back to a checkpoint it passed, and stops there, on the server, with one
+    `WALK_BOUND_REACHED` row (first in the result) naming where. A stale summary can
+    only make that a false alarm, which `confirm_walk_loop` tells apart.
     """
     if len(channels) > MAX_CHANNELS_PER_QUERY:
         raise ValueError(f"at most {MAX_CHANNELS_PER_QUERY} channels per statement")
@@ -819,7 +877,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
         "thread_id": thread_id,
         "checkpoint_ns": ns,
         "full": (1 << len(channels)) - 1,
-        "max_depth": MAX_WALK_DEPTH,
+        "bound": bound,
     }
     if checkpoint_id is not None:
         params["checkpoint_id"] = checkpoint_id
@@ -829,8 +887,16 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
     n = len(channels)
 
     def build() -> str:
+        # Per thread, not namespace: an upper bound either way. A thread without a
+        # summary row (written before summaries existed) counts its namespace's rows.
+        limit = (
+            f"coalesce({d.typed(p('bound'), 'bigint')}, (SELECT s.checkpoint_count FROM "
+            f"{d.threads} s WHERE s.thread_id = {p('thread_id')}), (SELECT count(*) FROM "
+            f"{d.checkpoints} c WHERE c.thread_id = {p('thread_id')} "
+            f"AND c.checkpoint_ns = {p('checkpoint_ns')}))"
+        )
         target = (
-            f"SELECT checkpoint_id, parent_checkpoint_id FROM {d.checkpoints} "
+            f"SELECT checkpoint_id, parent_checkpoint_id, {limit} AS bound FROM {d.checkpoints} "
             f"WHERE thread_id = {p('thread_id')} AND checkpoint_ns = {p('checkpoint_ns')} "
         )
         if checkpoint_id is None:
@@ -926,8 +992,12 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
                 lookup_pc("w.parent_id"),
             )
             + " "
-            f"WHERE w.mask_out <> 0 AND w.depth < {p('max_depth')}) "
-            f"{seeds} "
+            "WHERE w.mask_out <> 0 AND w.depth < (SELECT bound FROM target)) "
+            f"SELECT {WALK_BOUND_REACHED}, w.depth, {d.null('text')}, {d.null('text')}, "
+            f"{d.null('text')}, {d.null('int')}, {d.null('text')}, {d.null('bytes')}, "
+            f"w.checkpoint_id, {d.null('text')}, {d.null('text')} FROM walk w "
+            "WHERE w.depth >= (SELECT bound FROM target) "
+            f"UNION ALL {seeds} "
             "UNION ALL "
             "SELECT 1, w.depth, wr.channel, wr.task_path, "
             f"{d.task_id_text('wr.task_id')}, wr.idx, wr.type, wr.blob, w.checkpoint_id, "
@@ -959,6 +1029,32 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
     return Stmt(sql, params, fetch=True)
 
 
+def parent_pointers_stmt(d: Dialect, thread_id: str, ns: str) -> Stmt:
+    """Every (checkpoint id, parent id) of a namespace: ids only, read only to tell a loop
+    from a stale summary after a walk reached its bound."""
+    return Stmt(
+        f"SELECT checkpoint_id, parent_checkpoint_id FROM {d.checkpoints} "
+        f"WHERE thread_id = {d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')}",
+        {"thread_id": thread_id, "checkpoint_ns": ns},
+        fetch=True,
+    )
+
+
+def confirm_walk_loop(rows: Sequence[Row], thread_id: str, ns: str, start: str | None) -> int:
+    """Walk the parent pointers of `parent_pointers_stmt` from `start` (None: the head):
+    CorruptHistoryError at the first checkpoint seen twice; else (the summary undercounted)
+    the exact bound to walk again with."""
+    parent_of = {str(cid): None if pid is None else str(pid) for cid, pid in rows}
+    cursor = start if start is not None else max(parent_of, default=None)
+    seen: set[str] = set()
+    while cursor is not None and cursor in parent_of:
+        if cursor in seen:
+            raise history_loop(thread_id, ns, cursor)
+        seen.add(cursor)
+        cursor = parent_of[cursor]
+    return len(parent_of)
+
+
 def decode_delta_history(
     rows: Iterable[Row],
     channels: Sequence[str],
@@ -980,6 +1076,8 @@ def decode_delta_history(
     takes_inline = serde_inlines(serde)
     for row in rows:
         kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref = row[:9]
+        if kind == WALK_BOUND_REACHED:  # never decode a walk cut short (see the statement)
+            raise history_loop(thread_id, checkpoint_ns, str(ref))
         if kind == 2:
             raise CorruptValueError(
                 "checkpoint record is unreadable (not a JSON object with channel_versions), "
@@ -1054,6 +1152,34 @@ def _write_value(
     )
 
 
+def delta_history_plan(
+    d: Dialect, serde: Serializer, config: RunnableConfig, channels: Sequence[str]
+) -> Plan[dict[str, DeltaChannelHistory]]:
+    """`get_delta_channel_history` as statements inside another plan (retention): a walk
+    that reaches its bound is looked at again (`confirm_walk_loop`) before it counts as a
+    loop, as the savers' own read does."""
+    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+    out: dict[str, DeltaChannelHistory] = {}
+    for chunk in delta_history_chunks(channels):
+        rows = yield from delta_walk_plan(d, config, chunk)
+        out.update(
+            decode_delta_history(rows, chunk, serde, d, thread_id=thread_id, checkpoint_ns=ns)
+        )
+    return out
+
+
+def delta_walk_plan(d: Dialect, config: RunnableConfig, chunk: Sequence[str]) -> Plan[list[Row]]:
+    """The rows of `delta_history_stmt` for one chunk of channels; a walk that reached its
+    bound is walked again with the exact one, unless `confirm_walk_loop` finds a loop."""
+    rows = yield delta_history_stmt(d, config, chunk)
+    if rows and rows[0][0] == WALK_BOUND_REACHED:
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        pointers = yield parent_pointers_stmt(d, thread_id, ns)
+        bound = confirm_walk_loop(pointers, thread_id, ns, checkpoint_id_of(config))
+        rows = yield delta_history_stmt(d, config, chunk, bound)
+    return rows
+
+
 def delta_history_chunks(channels: Sequence[str]) -> list[list[str]]:
     """The channels, without repeats, in groups of at most 62: one statement each."""
     unique = list(dict.fromkeys(channels))
@@ -1119,6 +1245,11 @@ def put_op(
     d.check_metadata(meta_text)
     run_id = metadata.get("run_id")
     record = encode_record(checkpoint, inline)
+    where = f"in checkpoint {checkpoint_id!r}"
+    check_stored_sizes(((ch, t, data) for ch, _, t, data in blobs), where)
+    for name, text in (("(checkpoint record)", record), ("(metadata)", meta_text)):
+        if len(text) > MAX_STORED_VALUE_BYTES // 4:  # UTF-8 takes at most 4 bytes a char
+            check_stored_sizes([(name, "json", text.encode())], where)
     # Repeatable: blobs insert-if-absent, the checkpoint row is upserted by its id, and the
     # summary adds only what changed against the prior row (nothing, on a repeat).
     op = repeatable(
@@ -1135,6 +1266,26 @@ def put_op(
         )
     )
     return op, make_config(thread_id, ns, checkpoint_id), inline
+
+
+def refused_put_plan(
+    d: Dialect, thread_id: str, ns: str, checkpoint_id: str, parent_id: str | None
+) -> Plan[None]:
+    """Raise why the put statement wrote no checkpoint row (it checks the parent itself,
+    so this runs only for a refused put, never on the hot path): the checkpoint is stored
+    with another parent, or the parent is not stored in this thread and namespace."""
+    rows = yield Stmt(
+        f"SELECT parent_checkpoint_id FROM {d.checkpoints} WHERE thread_id = "
+        f"{d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')} AND checkpoint_id = "
+        f"{d.p('checkpoint_id')}",
+        {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id},
+        fetch=True,
+    )
+    if rows and rows[0][0] != parent_id:
+        raise put_parent_mismatch(thread_id, ns, checkpoint_id, rows[0][0], parent_id)
+    if parent_id is None:  # cannot happen: a root put with no stored row always inserts
+        raise CheckpointerError(f"put(): checkpoint {checkpoint_id!r} was not written")
+    raise put_parent_missing(thread_id, ns, checkpoint_id, parent_id)
 
 
 def unchanged_channels(checkpoint: Checkpoint, new_versions: ChannelVersions) -> set[str]:
@@ -1195,6 +1346,7 @@ def put_writes_op(
             rows[idx] = (idx, channel, *dumps_at(serde, value, where))
         else:
             rows[idx] = (idx, channel, *dumps(value))
+    check_stored_sizes((r[1:] for r in rows.values()), f"written by task {task_id!r}")
     # Repeatable: rows are keyed by (checkpoint, task, idx); a repeat inserts nothing new or
     # replaces a row by the same value, and the summary adds only the difference.
     return repeatable(
@@ -1371,7 +1523,9 @@ def history_ancestors(
     chain: list[str] = []
     cursor = node.parent_id
     seen = {checkpoint_id}
-    while remaining and cursor is not None and cursor in namespace and cursor not in seen:
+    while remaining and cursor is not None and cursor in namespace:
+        if cursor in seen:
+            raise history_loop(thread_id, ns, cursor)
         seen.add(cursor)
         chain.append(cursor)
         ancestor = namespace[cursor]

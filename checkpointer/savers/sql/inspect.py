@@ -18,11 +18,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from checkpointer.channels.markers import DeltaSnapshot
-from checkpointer.savers.sql.core import Dialect, Plan, Row, Stmt, delta_history_stmts, single
+from checkpointer.savers.base import history_loop
+from checkpointer.savers.sql.core import (
+    WALK_BOUND_REACHED,
+    Dialect,
+    Plan,
+    Row,
+    Stmt,
+    delta_history_chunks,
+    delta_walk_plan,
+)
 from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
 from checkpointer.savers.sql.inline import from_sql, stored_form
 from checkpointer.serde import default_serializer
-from checkpointer.types import INTERRUPT, RunnableConfig
+from checkpointer.types import INTERRUPT, RunnableConfig, checkpoint_ns_of, thread_id_of
 
 ThreadSort = Literal["updated", "count", "bytes", "id"]
 THREAD_SORTS: tuple[str, ...] = ("updated", "count", "bytes", "id")
@@ -526,10 +535,12 @@ def raw_delta_history_plan(
     """The savers' own one-statement ancestor walk, rows left serialized (a seed kept
     inline in its record as the value row it stands for)."""
     out: list[RawHistoryRow] = []
-    for _chunk, stmt in delta_history_stmts(d, config, channels):
-        rows: list[Row] = yield from single(stmt)
+    for chunk in delta_history_chunks(channels):
+        rows: list[Row] = yield from delta_walk_plan(d, config, chunk)
         for row in rows:
             kind, depth, channel, path, task_id, idx, type_, blob = row[:8]
+            if kind == WALK_BOUND_REACHED:
+                raise history_loop(thread_id_of(config), checkpoint_ns_of(config), str(row[8]))
             if kind == 0 and blob is None:
                 type_, blob = stored_form(from_sql(row[9], row[10], {"channel": channel}))
             out.append(

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from checkpointer.channels import BaseChannel
+from checkpointer.errors import CorruptHistoryError
 from checkpointer.lifecycle import (
     KeepLast,
     RetentionPolicy,
@@ -38,8 +39,7 @@ from checkpointer.savers.sql.core import (
     Plan,
     Stmt,
     _json_value,
-    decode_delta_history,
-    delta_history_stmts,
+    delta_history_plan,
     each,
     inline_keys,
     record_size,
@@ -147,13 +147,9 @@ def _materialize_plan(
         config = make_config(shape.thread_id, item.ns, item.checkpoint_id)
         histories: dict[str, Any] = {}
         try:
-            for chunk, stmt in delta_history_stmts(d, config, item.channels):
-                found = yield stmt
-                histories.update(
-                    decode_delta_history(
-                        found, chunk, serde, d, thread_id=shape.thread_id, checkpoint_ns=item.ns
-                    )
-                )
+            histories = yield from delta_history_plan(d, serde, config, item.channels)
+        except CorruptHistoryError:
+            raise  # a loop in parent pointers: no plan for this thread can be trusted
         except Exception:  # an unloadable value: keep the ancestors instead
             histories = {}
         values, missing = materialize_values(specs, item.channels, histories)

@@ -21,6 +21,7 @@ from checkpointer.savers.sql.core import (
     each,
     quote_ident,
     refresh_summaries_stmts,
+    refused_put_plan,
     summary_merge,
 )
 from checkpointer.savers.sql.migration import plan_upgrade
@@ -306,12 +307,25 @@ class PostgresDialect(Dialect):
         # Blobs, checkpoint and thread summary in one statement: one round trip, atomic in
         # autocommit. Every CTE sees the rows as they were before the statement, so `prior`
         # is the checkpoint this put replaces, if any.
+        # `ok`: the parent is stored in this thread and namespace, and a re-put keeps the
+        # stored parent. Nothing is written otherwise (every part below tests it), and the
+        # statement returns false: the check costs no round trip of its own.
+        parent_ok = (
+            "(CAST(%(parent_id)s AS text) IS NULL OR EXISTS (SELECT 1 FROM "
+            f"{self.checkpoints} p WHERE p.thread_id = %(thread_id)s AND p.checkpoint_ns = "
+            "%(checkpoint_ns)s AND p.checkpoint_id = %(parent_id)s))"
+        )
         ctes = [
-            f"prior AS (SELECT {size} AS n FROM {self.checkpoints} WHERE {key})",
+            f"prior AS (SELECT {size} AS n, parent_checkpoint_id AS parent "
+            f"FROM {self.checkpoints} WHERE {key})",
+            f"ok AS (SELECT {parent_ok} AND NOT EXISTS (SELECT 1 FROM prior WHERE prior.parent "
+            "IS DISTINCT FROM CAST(%(parent_id)s AS text)) AS v)",
             f"cp AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
             "parent_checkpoint_id, run_id, checkpoint, metadata) "
-            "VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
-            "%(run_id)s, %(record)s::jsonb, %(metadata)s::jsonb) "
+            "SELECT CAST(%(thread_id)s AS text), CAST(%(checkpoint_ns)s AS text), "
+            "CAST(%(checkpoint_id)s AS text), CAST(%(parent_id)s AS text), "
+            "CAST(%(run_id)s AS text), %(record)s::jsonb, %(metadata)s::jsonb "
+            "WHERE (SELECT v FROM ok) "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
             + self.checkpoint_upsert_values()
             + f" RETURNING {size} AS n)",
@@ -320,20 +334,27 @@ class PostgresDialect(Dialect):
         if blobs:
             rows = rows_select(_BLOB_COLUMNS, blobs, params)
             ctes.insert(
-                0,
+                2,  # after `ok`, which it reads
                 f"new_blobs AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
                 "channel, version, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
-                f"x.channel, x.version, x.type, x.blob FROM ({rows}) x ON CONFLICT DO NOTHING "
-                f"RETURNING {self.size('blob')} AS n)",
+                f"x.channel, x.version, x.type, x.blob FROM ({rows}) x WHERE (SELECT v FROM ok) "
+                f"ON CONFLICT DO NOTHING RETURNING {self.size('blob')} AS n)",
             )
             added += " + coalesce((SELECT sum(n) FROM new_blobs), 0)"
-        sql = (
-            "WITH " + ", ".join(ctes) + f" INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
+        ctes.append(
+            f"summary AS (INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
             "SELECT CAST(%(thread_id)s AS text), CAST(%(head)s AS text), "
             "CASE WHEN EXISTS (SELECT 1 FROM prior) THEN 0 ELSE 1 END, "
-            f"{added}, %(now)s, %(now)s " + summary_merge(self)
+            f"{added}, %(now)s, %(now)s WHERE (SELECT v FROM ok) " + summary_merge(self) + ")"
         )
-        return Op(_one(Stmt(sql, params)))
+        sql = "WITH " + ", ".join(ctes) + " SELECT v FROM ok"
+
+        def plan() -> Plan[None]:
+            rows = yield Stmt(sql, params, fetch=True)
+            if not rows[0][0]:
+                yield from refused_put_plan(self, thread_id, ns, checkpoint_id, parent_id)
+
+        return Op(plan())
 
     def put_writes_plan(
         self,

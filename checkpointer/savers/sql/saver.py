@@ -38,19 +38,24 @@ from checkpointer.lifecycle import (
 )
 from checkpointer.savers.base import (
     BaseCheckpointSaver,
+    history_loop,
+    require_sequence,
     resolve_now,
     validate_prune_strategy,
     validate_thread_listing,
     validate_ttl,
 )
+from checkpointer.savers.sql import core
 from checkpointer.savers.sql import lifecycle as lc
 from checkpointer.savers.sql.core import (
+    WALK_BOUND_REACHED,
     Dialect,
     ListQuery,
     Op,
     Row,
     StatementHook,
     Stmt,
+    confirm_walk_loop,
     decode_delta_history,
     decode_tuples,
     delete_for_runs_plan,
@@ -59,6 +64,7 @@ from checkpointer.savers.sql.core import (
     get_tuple_stmt,
     list_page_stmt,
     page_limit_of,
+    parent_pointers_stmt,
     put_op,
     put_writes_op,
     read_op,
@@ -71,7 +77,10 @@ from checkpointer.savers.sql.core import (
 from checkpointer.savers.sql.inline import RecentInline, serde_inlines
 from checkpointer.savers.sql.inline import carried as inline_carried
 from checkpointer.savers.sql.migration import check_revision
-from checkpointer.savers.sql.transfer import copy_thread_relocating_plan
+from checkpointer.savers.sql.transfer import (
+    copy_thread_guarded_plan,
+    copy_thread_relocating_plan,
+)
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import database_default_serializer
 from checkpointer.serde.located import is_located
@@ -94,6 +103,10 @@ Program = Generator[Op[Any], Any, T]
 
 DEFAULT_PAGE_SIZE = 1000
 """Checkpoints per `list()` statement: one statement for a page, never one per checkpoint."""
+
+FIRST_CROSS_THREAD_PAGE = 8
+"""Checkpoints in the first page of a listing across threads; later pages are sized by
+what it weighed (up to `core.LIST_PAGE_BYTES` and `page_size`)."""
 
 
 class SyncExecutor(Protocol):
@@ -210,27 +223,29 @@ class _SqlPrograms:
         yield self._dialect.delete_thread_plan(str(thread_id))
 
     def _p_delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:
-        if isinstance(run_ids, str):
-            run_ids = [run_ids]
+        run_ids = require_sequence(run_ids, "run_ids")
         if run_ids:
             yield Op(delete_for_runs_plan(self._dialect, list(run_ids)), txn=True)
 
-    def _p_copy_thread(self, source_thread_id: str, target_thread_id: str) -> Program[None]:
+    def _p_copy_thread(
+        self, source_thread_id: str, target_thread_id: str, replace: bool
+    ) -> Program[None]:
         source, target = str(source_thread_id), str(target_thread_id)
         if source == target:
             return
+        d = self._dialect
         if is_located(self.serde):
             # Values bound to their thread are re-sealed for the copy, not copied as bytes.
-            plan = copy_thread_relocating_plan(self._dialect, self.serde, source, target)
-            yield Op(plan, txn=True)
+            copy = copy_thread_relocating_plan(d, self.serde, source, target)
         else:
-            yield self._dialect.copy_thread_plan(source, target)
+            copy = d.copy_thread_plan(source, target).plan
+        if replace:
+            self._recent_inline.clear()  # the target's checkpoint ids come back changed
+        yield Op(copy_thread_guarded_plan(d, source, target, copy, replace=replace), txn=True)
 
     def _p_prune(self, thread_ids: Sequence[str], strategy: str) -> Program[None]:
         validate_prune_strategy(strategy)
-        if isinstance(thread_ids, str):
-            thread_ids = [thread_ids]
-        threads = [str(t) for t in dict.fromkeys(thread_ids)]
+        threads = [str(t) for t in dict.fromkeys(require_sequence(thread_ids, "thread_ids"))]
         if not threads:
             return
         if strategy == "delete":
@@ -250,6 +265,15 @@ class _SqlPrograms:
         for chunk in delta_history_chunks(channels):
             stmt = partial(delta_history_stmt, config=config, channels=chunk)
             rows = yield from self._p_read(stmt)
+            if rows and rows[0][0] == WALK_BOUND_REACHED:
+                # A loop in parent pointers, or a summary that undercounts the thread.
+                thread_id, ns = where["thread_id"], where["checkpoint_ns"]
+                pointers = yield read_op(parent_pointers_stmt(self._dialect, thread_id, ns))
+                bound = confirm_walk_loop(pointers, thread_id, ns, checkpoint_id_of(config))
+                stmt = partial(delta_history_stmt, config=config, channels=chunk, bound=bound)
+                rows = yield from self._p_read(stmt)
+                if rows and rows[0][0] == WALK_BOUND_REACHED:
+                    raise history_loop(thread_id, ns, str(rows[0][8]))
             out.update(decode_delta_history(rows, chunk, self.serde, self._dialect, **where))
         return out
 
@@ -264,6 +288,8 @@ class _SqlPrograms:
     ) -> Program[RetentionReport]:
         policy = validate_policy(policy)
         at = resolve_now(now)
+        if thread_ids is not None:
+            thread_ids = require_sequence(thread_ids, "thread_ids")
         d = self._dialect
         report = RetentionReport(policy.describe(), dry_run)
         if isinstance(policy, IdleThreadTTL):
@@ -361,8 +387,8 @@ class _SqlPrograms:
         thread_ids: Sequence[str] | None,
     ) -> Program[builtins.list[ThreadSummary]]:
         validate_thread_listing(sort, limit, offset)
-        if isinstance(thread_ids, str):
-            thread_ids = [thread_ids]
+        if thread_ids is not None:
+            thread_ids = require_sequence(thread_ids, "thread_ids")
         summaries = yield read_plan(
             lambda: lc.list_threads_plan(
                 self._dialect,
@@ -387,15 +413,21 @@ class _SqlPrograms:
         return report
 
     def _p_refresh(self, thread_ids: Sequence[str] | None) -> Program[int]:
-        if isinstance(thread_ids, str):
-            thread_ids = [thread_ids]
+        if thread_ids is not None:
+            thread_ids = require_sequence(thread_ids, "thread_ids")
         count = yield Op(lc.refresh_plan(self._dialect, thread_ids, resolve_now(None)), txn=True)
         return count
 
     def _list_page(
-        self, query: ListQuery, after: tuple[str, str, str] | None, remaining: int | None
+        self,
+        query: ListQuery,
+        after: tuple[str, str, str] | None,
+        remaining: int | None,
+        cap: int | None = None,
     ) -> tuple[Program[list[Row]], int] | None:
         size = self.page_size if remaining is None else min(remaining, self.page_size)
+        if cap is not None:
+            size = min(size, cap)
         if size <= 0:
             return None
         return self._p_read(lambda d: list_page_stmt(d, query, after, size, remaining)), size
@@ -409,12 +441,17 @@ class _ListPager:
         self.remaining = query.limit
         self.after: tuple[str, str, str] | None = None
         self.size = 0
+        # Across threads the statement only knows average weights: a first page of a few
+        # checkpoints measures the real one (see `tuples`) before pages grow.
+        self.cap: int | None = FIRST_CROSS_THREAD_PAGE if query.thread_id is None else None
         self.done = False
 
     def next_page(self) -> Program[list[Row]] | None:
         """The read of the next page, or None when the listing is complete."""
         page = (
-            None if self.done else self.programs._list_page(self.query, self.after, self.remaining)
+            None
+            if self.done
+            else self.programs._list_page(self.query, self.after, self.remaining, self.cap)
         )
         if page is None:
             return None
@@ -434,6 +471,10 @@ class _ListPager:
             return
         key = last.config["configurable"]
         self.after = (key["checkpoint_id"], key["thread_id"], key["checkpoint_ns"])
+        # Another page follows: size it by what this one weighed (the statement sizes it
+        # from summaries, which know nothing of values shared across checkpoints).
+        weight = sum(len(row[7]) for row in rows if row[7] is not None) // max(count, 1)
+        self.cap = max(1, core.LIST_PAGE_BYTES // max(weight, 1))
         if self.remaining is not None:
             self.remaining -= count
 
@@ -539,8 +580,10 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._drive(self._p_delete_for_runs(run_ids))
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._drive(self._p_copy_thread(source_thread_id, target_thread_id))
+    def copy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, replace: bool = False
+    ) -> None:
+        self._drive(self._p_copy_thread(source_thread_id, target_thread_id, replace))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._drive(self._p_prune(thread_ids, strategy))
@@ -723,8 +766,10 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await self._adrive(self._p_delete_for_runs(run_ids))
 
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._adrive(self._p_copy_thread(source_thread_id, target_thread_id))
+    async def acopy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, replace: bool = False
+    ) -> None:
+        await self._adrive(self._p_copy_thread(source_thread_id, target_thread_id, replace))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._adrive(self._p_prune(thread_ids, strategy))
@@ -831,8 +876,13 @@ class AsyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._sync("delete_for_runs", self.adelete_for_runs(run_ids))
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._sync("copy_thread", self.acopy_thread(source_thread_id, target_thread_id))
+    def copy_thread(
+        self, source_thread_id: str, target_thread_id: str, *, replace: bool = False
+    ) -> None:
+        self._sync(
+            "copy_thread",
+            self.acopy_thread(source_thread_id, target_thread_id, replace=replace),
+        )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._sync("prune", self.aprune(thread_ids, strategy=strategy))

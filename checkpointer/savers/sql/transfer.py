@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpointer.errors import CheckpointerError, CheckpointNotFoundError
+from checkpointer.errors import CheckpointerError, CheckpointNotFoundError, ThreadExistsError
 from checkpointer.ids import new_checkpoint_id
 from checkpointer.savers.sql import core
 from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json, record_json
@@ -363,6 +363,25 @@ def copy_thread_relocating_plan(
     )
     yield from relocate_values_plan(d, serde, source, target, replace_writes=True)
     yield from refresh_thread_summaries_plan(d, [target])
+
+
+def copy_thread_guarded_plan(
+    d: Dialect, source: str, target: str, copy: Plan[None], *, replace: bool
+) -> Plan[None]:
+    """`copy` (the copy's own statements), run only once the target is known to hold no
+    checkpoint: ThreadExistsError when it does, unless `replace`, which deletes the target
+    first. Meant for one transaction, so a refused copy writes nothing and a replacing
+    one is all or nothing."""
+    rows = yield Stmt(
+        f"SELECT 1 FROM {d.checkpoints} WHERE thread_id = {d.p('t')} LIMIT 1",
+        {"t": target},
+        fetch=True,
+    )
+    if rows and not replace:
+        raise ThreadExistsError(target)
+    if replace:
+        yield from d.delete_thread_plan(target).plan
+    yield from copy
 
 
 def refuse_bound_values_plan(d: Dialect, thread_id: str, action: str) -> Plan[None]:
