@@ -504,6 +504,13 @@ class Dialect:
     def setup_plan(self) -> Plan[None]:
         raise NotImplementedError
 
+    def file_setup_plan(self) -> Plan[None] | None:
+        """Settings of the database file itself, run by `setup()` before `setup_plan` and
+        outside its transaction (SQLite: WAL, incremental auto-vacuum). None when the
+        backend has none. Never run on an ordinary connection: changing them takes the
+        write lock, which a read must never need."""
+        return None
+
     def describe(self) -> str:
         """Names the database in errors."""
         return self.name

@@ -137,6 +137,9 @@ class _SqlPrograms:
         check_revision(found, where=self._where())
 
     def _p_setup(self) -> Program[None]:
+        if self._dialect.file_setup_plan() is not None:
+            # Idempotent settings, outside any transaction (journal_mode cannot change in one).
+            yield repeatable(lambda: Op(self._dialect.file_setup_plan(), write=True))  # type: ignore[arg-type]
         # Repeatable: one transaction that reads the schema version before changing anything,
         # so a repeat after a lost COMMIT finds the schema current and does nothing.
         yield repeatable(lambda: Op(self._dialect.setup_plan(), txn=True))

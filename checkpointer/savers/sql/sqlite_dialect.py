@@ -48,6 +48,12 @@ def parse_ts(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+FILE_PRAGMAS = ("PRAGMA auto_vacuum = INCREMENTAL", "PRAGMA journal_mode = WAL")
+"""Settings of a database file, made by `setup()` only (`SqliteDialect.file_setup_plan`):
+both persist in the file, and changing either takes the write lock, which an ordinary
+connection must never wait for (a read would then fail while another process writes)."""
+
+
 MULTI_ROW_CHUNK = 100
 """Rows per multi-row INSERT (at most 900 bound parameters, under every SQLite's limit)."""
 
@@ -374,6 +380,14 @@ class SqliteDialect(Dialect):
             return None
         rows = yield Stmt(f"SELECT version_num FROM {VERSION_TABLE}", (), fetch=True)
         return rows[0][0] if rows else None
+
+    def file_setup_plan(self) -> Plan[None] | None:
+        # auto_vacuum only takes effect before the first table exists (a new file, or at
+        # the next VACUUM), so it is asked for before the migration creates the tables;
+        # `reclaim_space()` can then shrink the file with an incremental vacuum. Both
+        # settings persist in the file, so connections never repeat them.
+        for pragma in FILE_PRAGMAS:
+            yield Stmt(pragma, (), fetch=True)
 
     def setup_plan(self) -> Plan[None]:
         """Run inside BEGIN IMMEDIATE: one process migrates, the others wait, then see it

@@ -108,23 +108,8 @@ def sqlite_pragmas(busy_timeout: float, synchronous: str) -> list[str]:
     ]
 
 
-FILE_PRAGMAS = ("PRAGMA auto_vacuum = INCREMENTAL", "PRAGMA journal_mode = WAL")
-"""Settings of a database file. auto_vacuum only takes effect on a file that has no table
-yet (a new database, or at the next VACUUM), which is why every connection asks for it:
-`reclaim_space()` can then shrink the file with an incremental vacuum."""
-
-
 def is_memory_path(path: str) -> bool:
     return path in ("", ":memory:") or (path.startswith("file:") and "mode=memory" in path)
-
-
-def is_file_database(conn: sqlite3.Connection) -> bool:
-    """Whether the connection's main database is a file (WAL and vacuum settings apply);
-    asked of the connection itself, since a connection handed to us carries no path."""
-    for _seq, name, file in conn.execute("PRAGMA database_list").fetchall():
-        if name == "main":
-            return bool(file)
-    return False
 
 
 class _ConnHolder:
@@ -223,9 +208,6 @@ class SqliteExecutor:
         conn.isolation_level = None
         for pragma in self._pragmas:
             conn.execute(pragma)
-        if is_file_database(conn):
-            for pragma in FILE_PRAGMAS:
-                conn.execute(pragma).fetchall()
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
