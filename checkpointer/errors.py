@@ -153,3 +153,14 @@ class StorageUnavailableError(CheckpointerError):
     out, the operation is not safe to repeat, or there is no pool to reconnect from (the
     message says which, and names the database). Nothing acknowledged before it is lost;
     the driver's error is the `__cause__`."""
+
+
+class StorageFullError(CheckpointerError):
+    """The database has no room left (disk full, SQLite's `max_page_count`, PostgreSQL's
+    disk): the transaction was rolled back, so nothing of it was written and everything
+    acknowledged before it is intact. Free space (or raise the limit) and retry."""
+
+
+class IdTooLongError(ConfigError):
+    """An id is longer than `checkpointer.types.MAX_ID_BYTES` bytes of UTF-8: the most
+    every backend can index with the composite keys ids take part in."""

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from checkpointer.ids import next_channel_version
 from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
@@ -75,3 +77,233 @@ async def test_a_fresh_async_saver_reads_while_another_connection_writes(
         assert len([t async for t in saver.alist(make_config("old"))]) == 1
     finally:
         await saver.aclose()
+
+
+# ------------------------------------------------- item 11: one metadata filter rule
+SCALARS: list[Any] = [
+    0,
+    1,
+    -1,
+    2,
+    1.0,
+    0.0,
+    -0.0,
+    1.5,
+    -2.25,
+    True,
+    False,
+    None,
+    "",
+    "1",
+    "true",
+    "null",
+    "a\x00b",
+    "\x00",
+    "\uffff",
+    "\uffff0",
+    "\uffff\uffff",
+    "a\\u0000",
+    "é",
+    2**53,
+    2**63 - 1,
+]
+CONTAINERS: list[Any] = [
+    [],
+    [1],
+    [1.0],
+    [True],
+    [None],
+    [1, 2],
+    [2, 1],
+    {},
+    {"a": 1},
+    {"a": 1.0},
+    {"a": True},
+    {"a": None},
+    {"b": 1},
+    {"a": 1, "b": 2},
+    [{"a": [1]}],
+    [{"a": [1.0]}],
+    {"a": {"b": "x\x00"}},
+    {"a": {"b": "x"}},
+    {"a\x00": 1},
+    {"a\x00b": 1},
+    ["\x00"],
+    [""],
+    [[]],
+    [{}],
+]
+POOL = SCALARS + CONTAINERS
+
+
+def _corpus() -> list[dict[str, Any]]:
+    """One metadata document per pool value, under a top-level and a nested key (plus one
+    document without the key), so every filter has something to match and to miss."""
+    docs: list[dict[str, Any]] = [
+        {"i": i, "x": v, "user": {"x": v, "access-level": i}} for i, v in enumerate(POOL)
+    ]
+    docs.append({"i": len(POOL), "user": 5})
+    return docs
+
+
+def _reference(docs: list[dict[str, Any]], filter: dict[str, Any]) -> set[int]:
+    from checkpointer.savers.metadata import metadata_matches
+
+    return {d["i"] for d in docs if metadata_matches(d, filter)}
+
+
+class FiveSavers:
+    """Every saver kind with the same corpus stored, driven from sync code."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import asyncio
+        import uuid
+
+        from tests.conftest import PG_KINDS, SAVER_KINDS, open_saver, require_postgres
+
+        require_postgres()
+        self.loop = asyncio.new_event_loop()
+        self.schemas: dict[str, str] = {}
+        self.savers: dict[str, Any] = {}
+        self.docs = _corpus()
+        for kind in SAVER_KINDS:
+            schema = f"cp_test_{uuid.uuid4().hex[:12]}" if kind in PG_KINDS else None
+            if schema:
+                self.schemas[kind] = schema
+            self.savers[kind] = self.loop.run_until_complete(open_saver(kind, tmp_path, schema))
+        for kind in SAVER_KINDS:
+            config = make_config("filters")
+            for doc in self.docs:
+                checkpoint = empty_checkpoint()
+                config = self.call(kind, "put", config, checkpoint, doc, {})
+
+    def call(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        saver = self.savers[kind]
+        if kind.startswith("async"):
+            method = getattr(saver, "a" + name)
+            if name == "list":
+
+                async def collect() -> list[Any]:
+                    return [t async for t in method(*args, **kwargs)]
+
+                return self.loop.run_until_complete(collect())
+            return self.loop.run_until_complete(method(*args, **kwargs))
+        result = getattr(saver, name)(*args, **kwargs)
+        return list(result) if name == "list" else result
+
+    def matched(self, kind: str, filter: dict[str, Any]) -> set[int]:
+        found = self.call(kind, "list", make_config("filters"), filter=filter)
+        return {t.metadata["i"] for t in found}
+
+    def close(self) -> None:
+        from tests.conftest import close_saver, drop_schema
+
+        for kind, saver in self.savers.items():
+            self.loop.run_until_complete(close_saver(kind, saver))
+        for schema in self.schemas.values():
+            drop_schema(schema)
+        self.loop.close()
+
+
+@pytest.fixture
+def five(tmp_path: Path) -> Any:
+    savers = FiveSavers(tmp_path)
+    try:
+        yield savers
+    finally:
+        savers.close()
+
+
+def test_every_saver_matches_the_reference_on_the_probe_table(five: FiveSavers) -> None:
+    """Each pool value as a filter, top-level and dotted: the five savers and the
+    reference rule select the same documents."""
+    disagreements = []
+    for value in POOL:
+        for key in ("x", "user.x"):
+            want = _reference(five.docs, {key: value})
+            assert want, (key, value)  # the document holding it matches at least
+            for kind in five.savers:
+                got = five.matched(kind, {key: value})
+                if got != want:
+                    disagreements.append((kind, key, value, sorted(got ^ want)))
+    assert disagreements == [], "\n".join(map(repr, disagreements))
+
+
+def test_the_rule_on_the_cases_the_issue_names() -> None:
+    from checkpointer.savers.metadata import json_equal
+
+    assert json_equal(1, 1.0) and json_equal(0, -0.0) and json_equal([1], [1.0])
+    assert not json_equal(1, True) and not json_equal(0, False) and not json_equal(None, 0)
+    assert not json_equal("1", 1) and not json_equal([1, 2], [2, 1])
+    assert json_equal({"a": 1, "b": [2.0]}, {"b": [2], "a": 1.0})
+    assert not json_equal({"a": 1}, {"a": 1, "b": 2})  # equality, not containment
+
+
+def test_dotted_keys_look_into_nested_objects(five: FiveSavers) -> None:
+    """LangGraph's SqliteSaver reading of a dotted key, on every saver; names may start
+    with a digit or hold '-'."""
+    for kind in five.savers:
+        assert five.matched(kind, {"user.access-level": 3}) == {3}, kind
+        assert five.matched(kind, {"user.access-level": 3, "i": 3}) == {3}, kind
+        assert five.matched(kind, {"user.nothing": 3}) == set(), kind
+        assert five.matched(kind, {"i.x": 3}) == set(), kind  # not an object: no match
+        assert five.matched(kind, {"123abc": 1}) == set(), kind
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False, min_value=-(2.0**53), max_value=2.0**53)
+    | st.sampled_from(SCALARS)
+    | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "b", "a\x00"]), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(value=st.one_of(st.sampled_from(POOL), json_values), key=st.sampled_from(["x", "user.x"]))
+def test_five_savers_agree_with_the_reference_model(five: FiveSavers, value: Any, key: str) -> None:
+    """Random filter values (from the pool and arbitrary JSON) against the stored corpus:
+    every saver selects exactly what `metadata_matches` selects."""
+    want = _reference(five.docs, {key: value})
+    for kind in five.savers:
+        assert five.matched(kind, {key: value}) == want, kind
+
+
+ODD_METADATA: dict[str, Any] = {
+    "nul": "a\x00b",
+    "escape": "\uffff0\uffff\uffff",
+    "text": "a\\u0000",
+    "nested": {"k\x00": ["\x00", "\uffff"]},
+}
+
+
+async def test_nul_and_the_escape_character_in_metadata_round_trip(harness: Any) -> None:
+    """jsonb cannot hold NUL: PostgreSQL stores it escaped, reversibly; every saver gives
+    back exactly what was put, finds it by filter, and keeps it through copy_thread."""
+    config = await harness.put(make_config("odd"), empty_checkpoint(), dict(ODD_METADATA), {})
+    tup = await harness.get_tuple(config)
+    assert tup is not None
+    assert {k: tup.metadata[k] for k in ODD_METADATA} == ODD_METADATA
+    for key, value in [
+        ("nul", "a\x00b"),
+        ("escape", ODD_METADATA["escape"]),
+        ("nested", ODD_METADATA["nested"]),
+        ("text", "a\\u0000"),
+    ]:
+        assert len(await harness.list(make_config("odd"), filter={key: value})) == 1, key
+    assert await harness.list(make_config("odd"), filter={"nul": "a"}) == []
+    assert await harness.list(make_config("odd"), filter={"escape": "\uffff0"}) == []
+    await harness.copy_thread("odd", "odd-copy")
+    copied = await harness.list(make_config("odd-copy"))
+    assert {k: copied[0].metadata[k] for k in ODD_METADATA} == ODD_METADATA

@@ -13,7 +13,6 @@ import asyncio
 import builtins
 import json
 import json.encoder
-import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -32,6 +31,14 @@ from checkpointer.lifecycle import (
     ThreadSort,
     ThreadSummary,
 )
+from checkpointer.savers.metadata import (
+    MAX_METADATA_DEPTH,
+    filter_path,
+    too_deep,
+)
+from checkpointer.savers.metadata import (
+    metadata_matches as metadata_matches,  # re-exported: the rule every saver applies
+)
 from checkpointer.serde import Serializer, default_serializer
 from checkpointer.types import (
     ChannelVersion,
@@ -47,8 +54,6 @@ from checkpointer.types import (
 
 PruneStrategy = Literal["keep_latest", "delete"]
 PRUNE_STRATEGIES: tuple[str, ...] = ("keep_latest", "delete")
-
-_FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 
 
 def _refuse_json(value: Any) -> Any:
@@ -110,8 +115,14 @@ def dumps_json(obj: Any) -> str:
     """Metadata as compact JSON with sorted keys (equal dicts give equal text).
 
     Every saver stores metadata this way or checks it can, so all refuse the same inputs:
-    NaN and infinities (not JSON) and lone surrogates (not UTF-8), with SerializationError.
+    NaN and infinities (not JSON), lone surrogates (not UTF-8) and nesting deeper than
+    `MAX_METADATA_DEPTH`, with SerializationError.
     """
+    if too_deep(obj):
+        raise SerializationError(
+            f"metadata nests lists/objects more than {MAX_METADATA_DEPTH} levels deep; "
+            "keep deep structures in channel state"
+        )
     try:
         text = _encode_metadata(obj)
         if not text.isascii():
@@ -122,27 +133,25 @@ def dumps_json(obj: Any) -> str:
         raise SerializationError(
             f"metadata holds a string that is not valid UTF-8 (a lone surrogate): {exc}"
         ) from exc
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"cannot store metadata as JSON: {exc}") from exc
     return text
 
 
 def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check `list(filter=...)` keys before any backend sees them.
+    """Check `list(filter=...)` before any backend sees it (the matching rule is in
+    `checkpointer.savers.metadata`).
 
-    Keys must be plain identifiers: a key is never spliced into SQL, but refusing odd ones
-    early gives a clear error instead of a query that silently matches nothing.
+    Keys are names of letters, digits, '_' and '-', dotted for nested keys: a key is never
+    spliced into SQL, but refusing odd ones early gives a clear error instead of a query
+    that silently matches nothing.
     """
     if filter is None:
         return {}
     if not isinstance(filter, Mapping):
-        raise ConfigError(f"filter must be a dict of metadata key -> value, got {filter!r}")
+        raise ConfigError(f"filter must be a dict of metadata key -> value, got {filter!r:.200}")
     for key in filter:
-        if not isinstance(key, str) or not _FILTER_KEY.match(key):
-            raise ConfigError(
-                f"invalid metadata filter key {key!r}: use letters, digits, '_' or '-', "
-                "starting with a letter or '_'"
-            )
+        filter_path(key)
     try:
         dumps_json(dict(filter))
     except SerializationError as exc:
@@ -151,10 +160,19 @@ def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]
 
 
 def validate_prune_strategy(strategy: str) -> None:
-    if strategy not in PRUNE_STRATEGIES:
-        raise ValueError(
+    if not isinstance(strategy, str) or strategy not in PRUNE_STRATEGIES:
+        raise ConfigError(
             f"unknown prune strategy {strategy!r}; expected one of {', '.join(PRUNE_STRATEGIES)}"
         )
+
+
+def validate_limit(limit: Any) -> int | None:
+    """`list(limit=...)`: None (no limit) or an int >= 0."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigError(f"limit must be an int >= 0 or None (no limit), got {limit!r:.80}")
+    return limit
 
 
 def validate_thread_listing(sort: str, limit: int | None, offset: int) -> None:
@@ -219,10 +237,6 @@ def parent_id_for_put(config: RunnableConfig, checkpoint: Checkpoint) -> str | N
             "pass the config of the previous checkpoint"
         )
     return parent_id
-
-
-def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
-    return all(key in metadata and metadata[key] == value for key, value in filter.items())
 
 
 def new_blob_channels(

@@ -38,6 +38,7 @@ from checkpointer.savers.base import (
     metadata_matches,
     parent_id_for_put,
     resolve_now,
+    validate_limit,
     validate_metadata_filter,
     validate_prune_strategy,
     validate_thread_listing,
@@ -227,6 +228,7 @@ class InMemorySaver(BaseCheckpointSaver):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         wanted = validate_metadata_filter(filter)
+        limit = validate_limit(limit)
         before_id = checkpoint_id_of(before) if before else None
         thread_filter = thread_id_of(config) if config is not None else None
         ns_filter = None

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from checkpointer.errors import CheckpointerError
+from checkpointer.errors import CheckpointerError, StorageFullError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.pg_faults import (
     RetryPolicy,
@@ -258,6 +258,11 @@ class AsyncPostgresExecutor:
             except psycopg.Error as exc:
                 if is_pool_timeout(exc):
                     raise pool_exhausted(self.where, exc) from exc
+                if isinstance(exc, psycopg.errors.DiskFull):
+                    raise StorageFullError(
+                        f"{self.where} is out of disk space: the transaction was rolled "
+                        "back and nothing of this call was written; free space and retry"
+                    ) from exc
                 raise
             assert lost is not None
             if self._pool is not None:
