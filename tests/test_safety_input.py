@@ -307,3 +307,98 @@ async def test_nul_and_the_escape_character_in_metadata_round_trip(harness: Any)
     await harness.copy_thread("odd", "odd-copy")
     copied = await harness.list(make_config("odd-copy"))
     assert {k: copied[0].metadata[k] for k in ODD_METADATA} == ODD_METADATA
+
+
+# ------------------------------------------------------------ item 12: typed errors
+def _deep(depth: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    cursor = root
+    for _ in range(depth):
+        cursor["a"] = {}
+        cursor = cursor["a"]
+    return root
+
+
+async def test_deep_metadata_and_filters_are_typed_errors(harness: Any) -> None:
+    from checkpointer.errors import ConfigError, SerializationError
+    from checkpointer.savers.metadata import MAX_METADATA_DEPTH
+
+    config = make_config("deep")
+    with pytest.raises(SerializationError, match="levels deep"):
+        await harness.put(config, empty_checkpoint(), {"d": _deep(100_000)}, {})
+    with pytest.raises(SerializationError, match="levels deep"):
+        await harness.put(config, empty_checkpoint(), {"d": [_deep(MAX_METADATA_DEPTH)]}, {})
+    with pytest.raises(ConfigError, match="levels deep"):
+        await harness.list(None, filter={"d": _deep(100_000)})
+    assert await harness.list(config) == []  # nothing was stored
+    ok = {"d": _deep(MAX_METADATA_DEPTH - 2)}  # exactly the bound: accepted
+    stored = await harness.put(config, empty_checkpoint(), ok, {})
+    tup = await harness.get_tuple(stored)
+    assert tup is not None and tup.metadata["d"] == ok["d"]
+    assert len(await harness.list(config, filter={"d": ok["d"]})) == 1
+
+
+@pytest.mark.parametrize("limit", ["5", -1, 1.5, True, [1]])
+async def test_bad_list_limits_are_config_errors(harness: Any, limit: Any) -> None:
+    from checkpointer.errors import ConfigError
+
+    await harness.put(make_config("lim"), empty_checkpoint(), {}, {})
+    with pytest.raises(ConfigError, match="limit"):
+        await harness.list(None, limit=limit)
+    assert len(await harness.list(None, limit=0)) == 0
+    assert len(await harness.list(None, limit=1)) == 1
+
+
+async def test_unknown_prune_strategy_is_a_config_error(harness: Any) -> None:
+    from checkpointer.errors import ConfigError
+
+    await harness.put(make_config("p"), empty_checkpoint(), {}, {})
+    for strategy in ("bogus", None, 3):
+        with pytest.raises(ConfigError, match="prune strategy"):
+            await harness.prune(["p"], strategy=strategy)
+    assert len(await harness.list(make_config("p"))) == 1
+
+
+def _fill(saver: Any, thread_id: str) -> int:
+    """Puts ~64 KiB checkpoints until the database is full; how many were acknowledged."""
+    from checkpointer.errors import StorageFullError
+
+    config = make_config(thread_id)
+    acked = 0
+    for n in range(10_000):
+        checkpoint = empty_checkpoint()
+        version = next_channel_version(None if n == 0 else f"{n:032d}.0")
+        checkpoint["channel_values"] = {"x": bytes(range(256)) * 256 + n.to_bytes(4, "big")}
+        checkpoint["channel_versions"] = {"x": version}
+        try:
+            config = saver.put(config, checkpoint, {"step": n}, {"x": version})
+        except StorageFullError as exc:
+            assert "nothing of this call was written" in str(exc)
+            return acked
+        acked += 1
+    raise AssertionError("the database never filled up")
+
+
+def test_a_full_sqlite_database_is_a_typed_error_and_loses_nothing(tmp_path: Path) -> None:
+    """`max_page_count` makes SQLite report "database or disk is full", as a full disk
+    does: StorageFullError, every acknowledged checkpoint still reads back, and the saver
+    works again once there is room."""
+    from checkpointer.serde import MsgpackSerializer
+
+    path = tmp_path / "full.db"
+    with SqliteSaver(path) as saver:
+        saver.setup()
+    conn = sqlite3.connect(path, check_same_thread=False)
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages + 200}")
+    # no compression: the values must really take the room
+    with SqliteSaver(conn, serde=MsgpackSerializer()) as saver:
+        acked = _fill(saver, "full")
+        assert acked > 0
+        listed = list(saver.list(make_config("full")))
+        assert len(listed) == acked
+        assert all(saver.get_tuple(t.config) is not None for t in listed)
+        conn.execute("PRAGMA max_page_count = 1000000")
+        _put_one(saver, "after")  # room again: the saver goes on
+        assert saver.get_tuple(make_config("after")) is not None
+    conn.close()
