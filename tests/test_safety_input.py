@@ -3,6 +3,7 @@ typed errors, and reads that must not need SQLite's write lock."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -400,3 +401,140 @@ def test_a_full_sqlite_database_is_a_typed_error_and_loses_nothing(tmp_path: Pat
         _put_one(saver, "after")  # room again: the saver goes on
         assert saver.get_tuple(make_config("after")) is not None
     conn.close()
+
+
+# ------------------------------------------------------- item 10: one id validation
+BAD_IDS: list[Any] = [None, 5, 1.5, ["a", "b"], b"a", "a\x00b", "\ud800", "x" * 769, "é" * 385]
+
+
+async def _call(harness: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    saver = harness.saver
+    if harness.is_async:
+        result = getattr(saver, "a" + name)(*args, **kwargs)
+        return await result
+    return getattr(saver, name)(*args, **kwargs)
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+async def test_bad_ids_are_config_errors_at_every_entry_point(harness: Any, bad: Any) -> None:
+    """Every id argument, on every saver: a ConfigError naming the argument, and nothing
+    stored or changed."""
+    from datetime import timedelta
+
+    from checkpointer.errors import ConfigError
+    from checkpointer.lifecycle import KeepLast
+
+    config = await harness.put(make_config("keep"), empty_checkpoint(), {}, {})
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
+        ("delete_thread", (bad,), {}, "thread_id"),
+        ("copy_thread", ("keep", bad), {}, "target_thread_id"),
+        ("copy_thread", (bad, "keep-2"), {}, "source_thread_id"),
+        ("set_thread_ttl", (bad, timedelta(days=1)), {}, "thread_id"),
+        ("list_pinned", (bad,), {}, "thread_id"),
+        ("prune", ([bad],), {"strategy": "delete"}, "thread_ids"),
+        ("delete_for_runs", ([bad],), {}, "run_ids"),
+        ("apply_retention", (KeepLast(1),), {"thread_ids": [bad]}, "thread_ids"),
+        ("list_threads", (), {"thread_ids": [bad]}, "thread_ids"),
+        ("put_writes", (config, [("x", 1)], bad), {}, "task_id"),
+        ("put", (make_config(bad), empty_checkpoint(), {}, {}), {}, "thread_id"),
+        ("put", (make_config("keep", bad), empty_checkpoint(), {}, {}), {}, "checkpoint_ns"),
+        ("get_tuple", (make_config("keep", "", bad),), {}, "checkpoint_id"),
+    ]
+    if bad is not None:  # a None checkpoint id or run id means "none"
+        bad_cp = {**empty_checkpoint(), "id": bad}
+        calls.append(("put", (make_config("keep"), bad_cp, {}, {}), {}, "checkpoint['id']"))
+        calls.append(
+            ("put", (make_config("keep"), empty_checkpoint(), {"run_id": bad}, {}), {}, "run_id")
+        )
+    for name, args, kwargs, what in calls:
+        if what == "run_id" and not isinstance(bad, str):
+            continue  # non-string run ids are stored as text, like LangGraph's
+        if name == "get_tuple" and bad in (None, 5, 1.5):
+            continue  # config values of other types are covered by test_bad_input
+        if what in ("thread_id", "checkpoint_ns") and name == "put" and bad == 5:
+            continue  # an int thread id in a config is LangGraph's str(5)
+        if what == "checkpoint_ns" and bad is None:
+            continue  # a None namespace is the root namespace
+        with pytest.raises(ConfigError, match=re.escape(what)):
+            await _call(harness, name, *args, **kwargs)
+    threads = await _call(harness, "list_threads")
+    assert [t.thread_id for t in threads] == ["keep"]
+    assert len(await harness.list(None)) == 1
+
+
+@pytest.mark.parametrize("name", ["prune", "delete_for_runs", "list_threads"])
+async def test_a_string_is_not_a_list_of_ids(harness: Any, name: str) -> None:
+    from checkpointer.errors import ConfigError
+
+    for t in ("a", "b", "abc"):
+        await harness.put(make_config(t), empty_checkpoint(), {"run_id": t}, {})
+    kwargs = {"thread_ids": "abc"} if name == "list_threads" else {}
+    args = () if name == "list_threads" else ("abc",)
+    with pytest.raises(ConfigError, match="list of ids"):
+        await _call(harness, name, *args, **kwargs)
+    assert len(await harness.list(None)) == 3
+
+
+async def test_the_longest_ids_are_stored_and_found(harness: Any) -> None:
+    """Thread id, namespace, checkpoint id and task path at the limit, together, in
+    random (incompressible) text: every backend indexes them."""
+    import random
+
+    from checkpointer.types import MAX_ID_BYTES
+
+    rnd = random.Random(7)
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+    def long_id() -> str:
+        return "".join(rnd.choice(alphabet) for _ in range(MAX_ID_BYTES))
+
+    thread_id, ns = long_id(), long_id()
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = "1" + long_id()[1:]
+    checkpoint["channel_values"] = {"c" * 100: 1}
+    version = next_channel_version(None)
+    checkpoint["channel_versions"] = {"c" * 100: version}
+    config = await harness.put(
+        make_config(thread_id, ns), checkpoint, {"run_id": long_id()}, {"c" * 100: version}
+    )
+    task_id = "00000000-0000-4000-8000-000000000001"
+    await harness.put_writes(config, [("c" * 100, 2)], task_id, long_id())
+    tup = await harness.get_tuple(config)
+    assert tup is not None and tup.checkpoint["channel_values"] == {"c" * 100: 1}
+    assert tup.pending_writes == [(task_id, "c" * 100, 2)]
+    multibyte = "é" * (MAX_ID_BYTES // 2)
+    await harness.put(make_config(multibyte), empty_checkpoint(), {}, {})
+    await harness.copy_thread(multibyte, multibyte[:-1] + "e")
+    assert len(await harness.list(make_config(multibyte[:-1] + "e"))) == 1
+
+
+def test_import_refuses_bad_ids(tmp_path: Path) -> None:
+    """An export file whose ids break the rule is refused before anything is written."""
+    import io
+    import json
+
+    from checkpointer.export import ExportFormatError, export_threads, import_threads
+    from checkpointer.inspect import Database
+
+    source = tmp_path / "src.db"
+    with SqliteSaver(source) as saver:
+        saver.setup()
+        _put_one(saver, "t")
+    out = io.StringIO()
+    with Database.open(str(source)) as db:
+        export_threads(db, ["t"], out)
+    lines = out.getvalue().splitlines()
+    for field, bad in [("thread_id", "t\x00"), ("checkpoint_id", "x" * 800)]:
+        edited = [lines[0]]
+        for line in lines[1:]:
+            record = json.loads(line)
+            if record.get("kind") == "checkpoint":
+                record[field] = bad
+            edited.append(json.dumps(record))
+        target = tmp_path / f"dst-{field}.db"
+        with SqliteSaver(target) as saver:
+            saver.setup()
+        with Database.open(str(target)) as db, pytest.raises(ExportFormatError, match=field):
+            import_threads(db, [line + "\n" for line in edited])
+        with SqliteSaver(target) as saver:
+            assert list(saver.list(None)) == []

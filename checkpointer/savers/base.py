@@ -49,6 +49,7 @@ from checkpointer.types import (
     DeltaChannelHistory,
     PendingWrite,
     RunnableConfig,
+    check_id,
     checkpoint_id_of,
 )
 
@@ -335,6 +336,7 @@ class BaseCheckpointSaver:
     ) -> RetentionReport:
         """Fold a thread's long delta history into a snapshot plus its `keep_recent` newest
         checkpoints per namespace (with their writes); everything older goes."""
+        check_id(thread_id, "thread_id")
         report = self.apply_retention(
             KeepLast(keep_recent), thread_ids=[thread_id], channels=channels, dry_run=dry_run
         )
@@ -497,6 +499,7 @@ class BaseCheckpointSaver:
         keep_recent: int = 1,
         dry_run: bool = False,
     ) -> RetentionReport:
+        check_id(thread_id, "thread_id")
         report = await self.aapply_retention(
             KeepLast(keep_recent), thread_ids=[thread_id], channels=channels, dry_run=dry_run
         )

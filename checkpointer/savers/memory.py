@@ -76,6 +76,9 @@ from checkpointer.types import (
     DeltaChannelHistory,
     PendingWrite,
     RunnableConfig,
+    check_id,
+    check_ids,
+    check_put_ids,
     checkpoint_id_of,
     checkpoint_ns_of,
     config_address,
@@ -457,6 +460,7 @@ class InMemorySaver(BaseCheckpointSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns, parent_id = config_address(config)
+        check_put_ids(checkpoint, metadata)
         checkpoint_id = checkpoint["id"]
         if parent_id is not None and parent_id == checkpoint_id:
             parent_id_for_put(config, checkpoint)  # raises: not its own parent
@@ -523,6 +527,8 @@ class InMemorySaver(BaseCheckpointSaver):
         task_path: str = "",
     ) -> None:
         thread_id, ns, checkpoint_id = config_address(config)
+        check_id(task_id, "task_id")
+        check_id(task_path, "task_path")
         if checkpoint_id is None:
             raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
         replace = is_special_batch([channel for channel, _ in writes])
@@ -563,6 +569,7 @@ class InMemorySaver(BaseCheckpointSaver):
 
     # ----------------------------------------------------------- lifecycle
     def delete_thread(self, thread_id: str) -> None:
+        check_id(thread_id, "thread_id")
         with self._lock:
             self._threads.pop(thread_id, None)
             self._meta.pop(thread_id, None)
@@ -572,7 +579,7 @@ class InMemorySaver(BaseCheckpointSaver):
             }
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        doomed_runs = set(run_ids)
+        doomed_runs = set(check_ids(run_ids, "run_ids"))
         if not doomed_runs:
             return
         with self._lock:
@@ -590,7 +597,8 @@ class InMemorySaver(BaseCheckpointSaver):
         """Copy every checkpoint, value and pending write. When the serializer binds values
         to their location, each is re-sealed for the target thread (the bytes of the source
         would not decrypt there)."""
-        source_id, target_id = source_thread_id, target_thread_id
+        source_id = check_id(source_thread_id, "source_thread_id")
+        target_id = check_id(target_thread_id, "target_thread_id")
         relocating = is_located(self.serde) and source_id != target_id
 
         def moved(data: Typed, where: ValueLocation) -> Typed:
@@ -630,6 +638,7 @@ class InMemorySaver(BaseCheckpointSaver):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         validate_prune_strategy(strategy)
+        thread_ids = check_ids(thread_ids, "thread_ids")
         with self._lock:
             for thread_id in thread_ids:
                 if strategy == "delete":
@@ -650,6 +659,8 @@ class InMemorySaver(BaseCheckpointSaver):
         now: datetime | None = None,
     ) -> RetentionReport:
         policy = validate_policy(policy)
+        if thread_ids is not None:
+            thread_ids = check_ids(thread_ids, "thread_ids")
         at = resolve_now(now)
         report = RetentionReport(policy.describe(), dry_run)
         with self._lock:
@@ -832,6 +843,7 @@ class InMemorySaver(BaseCheckpointSaver):
         return make_config(thread_id, ns, checkpoint_id)
 
     def list_pinned(self, thread_id: str) -> builtins.list[RunnableConfig]:
+        check_id(thread_id, "thread_id")
         with self._lock:
             found = [
                 (cid, ns)
@@ -852,6 +864,8 @@ class InMemorySaver(BaseCheckpointSaver):
         thread_ids: Sequence[str] | None = None,
     ) -> builtins.list[ThreadSummary]:
         validate_thread_listing(sort, limit, offset)
+        if thread_ids is not None:
+            thread_ids = check_ids(thread_ids, "thread_ids")
         with self._lock:
             wanted = self._thread_ids() if thread_ids is None else _unique(thread_ids)
             sizes = self._blob_sizes()
@@ -885,6 +899,7 @@ class InMemorySaver(BaseCheckpointSaver):
         )
 
     def set_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> None:
+        check_id(thread_id, "thread_id")
         validate_ttl(ttl)
         with self._lock:
             meta = self._meta.get(str(thread_id))
@@ -895,6 +910,8 @@ class InMemorySaver(BaseCheckpointSaver):
 
     def refresh_thread_summaries(self, thread_ids: Sequence[str] | None = None) -> int:
         """Summaries are computed when read; nothing can drift."""
+        if thread_ids is not None:
+            thread_ids = check_ids(thread_ids, "thread_ids")
         with self._lock:
             return len(self._thread_ids() if thread_ids is None else _unique(thread_ids))
 
