@@ -119,24 +119,32 @@ def dumps_json(obj: Any) -> str:
     NaN and infinities (not JSON), lone surrogates (not UTF-8) and nesting deeper than
     `MAX_METADATA_DEPTH`, with SerializationError.
     """
-    if too_deep(obj):
-        raise SerializationError(
-            f"metadata nests lists/objects more than {MAX_METADATA_DEPTH} levels deep; "
-            "keep deep structures in channel state"
-        )
     try:
         text = _encode_metadata(obj)
         if not text.isascii():
             text.encode("utf-8")
+    except RecursionError:
+        raise _too_deep() from None
     except SerializationError:
         raise
     except UnicodeEncodeError as exc:
         raise SerializationError(
             f"metadata holds a string that is not valid UTF-8 (a lone surrogate): {exc}"
         ) from exc
-    except (TypeError, ValueError, RecursionError) as exc:
+    except (TypeError, ValueError) as exc:
         raise SerializationError(f"cannot store metadata as JSON: {exc}") from exc
+    # Nesting is at most the number of brackets (counted in C); only metadata with more of
+    # them than the bound is measured exactly.
+    if text.count("{") + text.count("[") > MAX_METADATA_DEPTH and too_deep(obj):
+        raise _too_deep()
     return text
+
+
+def _too_deep() -> SerializationError:
+    return SerializationError(
+        f"metadata nests lists/objects more than {MAX_METADATA_DEPTH} levels deep; "
+        "keep deep structures in channel state"
+    )
 
 
 def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
