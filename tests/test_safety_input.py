@@ -538,3 +538,37 @@ def test_import_refuses_bad_ids(tmp_path: Path) -> None:
             import_threads(db, [line + "\n" for line in edited])
         with SqliteSaver(target) as saver:
             assert list(saver.list(None)) == []
+
+
+async def test_a_full_sqlite_database_is_a_typed_error_async(tmp_path: Path) -> None:
+    import aiosqlite
+
+    from checkpointer.errors import StorageFullError
+    from checkpointer.serde import MsgpackSerializer
+
+    path = tmp_path / "full-async.db"
+    with SqliteSaver(path) as saver:
+        saver.setup()
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    pages = (await (await conn.execute("PRAGMA page_count")).fetchone())[0]  # type: ignore[index]
+    await (await conn.execute(f"PRAGMA max_page_count = {pages + 100}")).fetchall()
+    saver = AsyncSqliteSaver(conn, serde=MsgpackSerializer())
+    config = make_config("full")
+    acked = 0
+    try:
+        for n in range(10_000):
+            checkpoint = empty_checkpoint()
+            version = next_channel_version(None if n == 0 else f"{n:032d}.0")
+            checkpoint["channel_values"] = {"x": bytes(range(256)) * 256 + n.to_bytes(4, "big")}
+            checkpoint["channel_versions"] = {"x": version}
+            try:
+                config = await saver.aput(config, checkpoint, {"step": n}, {"x": version})
+            except StorageFullError as exc:
+                assert "nothing of this call was written" in str(exc)
+                break
+            acked += 1
+        assert acked > 0
+        assert len([t async for t in saver.alist(make_config("full"))]) == acked
+    finally:
+        await saver.aclose()
+        await conn.close()
