@@ -184,3 +184,14 @@ class ThreadExistsError(CheckpointerError):
             f"thread {thread_id!r} already exists; copy_thread(..., replace=True) deletes it "
             "first, or copy to a new thread id"
         )
+
+
+class StorageFullError(CheckpointerError):
+    """The database has no room left (disk full, SQLite's `max_page_count`, PostgreSQL's
+    disk): the transaction was rolled back, so nothing of it was written and everything
+    acknowledged before it is intact. Free space (or raise the limit) and retry."""
+
+
+class IdTooLongError(ConfigError):
+    """An id is longer than `checkpointer.types.MAX_ID_BYTES` bytes of UTF-8: the most
+    every backend can index with the composite keys ids take part in."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, TextIO
 
-from checkpointer.errors import CheckpointerError, CorruptValueError
+from checkpointer.errors import CheckpointerError, ConfigError, CorruptValueError
 from checkpointer.savers.sql.core import Dialect, Plan, decode_checkpoint, decode_metadata
 from checkpointer.savers.sql.inspect import (
     all_thread_ids_plan,
@@ -47,7 +47,7 @@ from checkpointer.savers.sql.transfer import (
     refresh_thread_summaries_plan,
     writes_page_plan,
 )
-from checkpointer.types import utc_now_iso
+from checkpointer.types import check_id, utc_now_iso
 
 FORMAT = "checkpointer-export"
 VERSION = 2
@@ -215,20 +215,38 @@ def read_header(line: str) -> dict[str, Any]:
     threads = header.get("threads")
     if not isinstance(threads, list) or not all(isinstance(t, str) for t in threads):
         raise ExportFormatError("the header does not list the exported threads")
+    for thread_id in threads:
+        _checked_id(thread_id, "header thread id", 1)
     return header
+
+
+_ID_KEYS = frozenset(
+    ("thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "run_id",
+     "task_id", "task_path")
+)  # fmt: skip
+"""Record fields that are ids: held to the savers' id rule (`types.check_id`)."""
+
+
+def _checked_id(value: str, key: str, n: int) -> str:
+    try:
+        return check_id(value, key)
+    except ConfigError as exc:
+        raise ExportFormatError(f"line {n}: {exc}") from exc
 
 
 def _str(record: dict[str, Any], key: str, n: int) -> str:
     value = record.get(key)
     if not isinstance(value, str):
         raise ExportFormatError(f"line {n}: {record.get('kind')} record needs a string {key!r}")
-    return value
+    return _checked_id(value, key, n) if key in _ID_KEYS else value
 
 
 def _opt_str(record: dict[str, Any], key: str, n: int) -> str | None:
     value = record.get(key)
     if value is not None and not isinstance(value, str):
         raise ExportFormatError(f"line {n}: {key!r} must be a string or null")
+    if value is not None and key in _ID_KEYS:
+        return _checked_id(value, key, n)
     return value
 
 

@@ -6,11 +6,11 @@ checkpoint written by one runtime reads the same through the other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
-from checkpointer.errors import ConfigError
+from checkpointer.errors import ConfigError, IdTooLongError
 from checkpointer.ids import new_checkpoint_id
 
 RunnableConfig = dict[str, Any]
@@ -135,19 +135,72 @@ def _configurable(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return configurable
 
 
-def _checked_text(key: str, value: str) -> str:
-    """Ids end up in database text columns: refuse what no database can store."""
-    if value.isascii() and "\x00" not in value:
+MAX_ID_BYTES = 768
+"""The longest id (thread id, namespace, checkpoint id, task id, run id), in bytes of UTF-8
+(768 ASCII characters), on every saver. Ids take part in composite primary keys (thread,
+namespace and checkpoint id side by side), and PostgreSQL's btree holds at most 2,704 bytes
+per index entry: three random ids of 888 bytes each were the most that fit (measured);
+768 leaves room for the channel name and version beside two of them in the blob key."""
+
+
+def check_id(value: Any, what: str) -> str:
+    """`value` if it is an id every saver can store and find again: a str of at most
+    `MAX_ID_BYTES` bytes of UTF-8, with no NUL and no lone surrogate. Otherwise a
+    ConfigError naming `what` (the argument, or the config key)."""
+    if type(value) is not str and not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string, got {type(value).__name__}: {value!r:.80}")
+    if value.isascii():
+        if "\x00" in value:
+            raise ConfigError(f"{what} contains a NUL character")
+        if len(value) > MAX_ID_BYTES:
+            raise IdTooLongError(
+                f"{what} is {len(value)} bytes long, over the limit of {MAX_ID_BYTES}"
+            )
         return value
     if "\x00" in value:
-        raise ConfigError(f"config['configurable']['{key}'] contains a NUL character")
+        raise ConfigError(f"{what} contains a NUL character")
     try:
-        value.encode("utf-8")
+        size = len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise ConfigError(
-            f"config['configurable']['{key}'] is not valid UTF-8 (a lone surrogate)"
-        ) from exc
+        raise ConfigError(f"{what} is not valid UTF-8 (a lone surrogate)") from exc
+    if size > MAX_ID_BYTES:
+        raise IdTooLongError(
+            f"{what} is {size} bytes long in UTF-8, over the limit of {MAX_ID_BYTES}"
+        )
     return value
+
+
+def check_ids(values: Any, what: str) -> list[str]:
+    """A sequence of ids (see `check_id`) as a list. A lone string is refused: iterating
+    it would name one id per character."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ConfigError(
+            f"{what} must be a list of ids, got {type(values).__name__}: {values!r:.80}"
+            + ("; wrap a single id in a list" if isinstance(values, str) else "")
+        )
+    return [check_id(v, f"{what}[{i}]") for i, v in enumerate(values)]
+
+
+def check_put_ids(checkpoint: Mapping[str, Any], metadata: Mapping[str, Any]) -> None:
+    """The ids a `put` stores besides its config's: the checkpoint's own id, and the run
+    id in its metadata (an indexed column)."""
+    if not isinstance(checkpoint, Mapping) or "id" not in checkpoint:
+        raise ConfigError("put(): checkpoint must be a Checkpoint dict with an 'id'")
+    cid = checkpoint["id"]
+    if cid == "":
+        raise ConfigError("put(): checkpoint['id'] is empty")
+    if type(cid) is not str or not cid.isascii() or len(cid) > MAX_ID_BYTES or "\x00" in cid:
+        check_id(cid, "checkpoint['id']")
+    run_id = metadata.get("run_id") if isinstance(metadata, Mapping) else None
+    if isinstance(run_id, str):
+        check_id(run_id, "metadata['run_id']")
+
+
+def _checked_text(key: str, value: str) -> str:
+    """Ids end up in database text columns: refuse what no database can store."""
+    if value.isascii() and "\x00" not in value and len(value) <= MAX_ID_BYTES:
+        return value
+    return check_id(value, f"config['configurable']['{key}']")
 
 
 def thread_id_of(config: Mapping[str, Any]) -> str:
@@ -207,7 +260,14 @@ def config_address(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
                 elif type(checkpoint_id) is str:
                     text = thread_id + ns + checkpoint_id
                     checkpoint_id = checkpoint_id or None
-                if text is not None and text.isascii() and "\x00" not in text:
+                if (
+                    text is not None
+                    and text.isascii()
+                    and "\x00" not in text
+                    and len(thread_id) <= MAX_ID_BYTES
+                    and len(ns) <= MAX_ID_BYTES
+                    and (checkpoint_id is None or len(checkpoint_id) <= MAX_ID_BYTES)
+                ):
                     return thread_id, ns, checkpoint_id
     return thread_id_of(config), checkpoint_ns_of(config), checkpoint_id_of(config)
 

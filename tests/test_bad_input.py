@@ -29,6 +29,7 @@ from checkpointer.errors import (
     ConfigError,
     CorruptValueError,
     DeserializationError,
+    IdTooLongError,
     ValueTooLarge,
 )
 from checkpointer.ids import next_channel_version, task_id_for
@@ -190,7 +191,7 @@ ODD_IDS = [
     '" OR 1=1 --',
     "%(thread_id)s",
     "?",
-    "0" * 10_000,
+    "0" * 768,  # the longest id there is (MAX_ID_BYTES); longer ones are refused:
     str(uuid.uuid4()),
 ]
 
@@ -211,6 +212,8 @@ def test_unknown_and_malformed_checkpoint_ids(db: DB) -> None:
         with pytest.raises(CheckpointNotFoundError):
             graph.update_state(config, {"n": 9}, as_node="join")
         assert list(db.saver.list(make_config("t"), before=config)) is not None
+    with pytest.raises(IdTooLongError, match="checkpoint_id"):
+        db.saver.get_tuple(make_config("t", checkpoint_id="0" * 10_000))
     assert db.counts() == before
     assert graph.get_state(cw.thread_config("t")).values["n"] == 4
 
@@ -220,12 +223,13 @@ INJECTION_KEYS: list[Any] = [
     "a'; DROP TABLE checkpointer_checkpoints; --",
     "source') OR ('1'='1",
     'a"b',
-    "a.b",
+    "a..b",  # dotted keys name nested values ("user.level"), with no empty names
+    ".a",
+    "a.",
     "$.source",
     "a b",
     "",
-    "1abc",
-    "x" * 200,
+    "x" * 300,
     "a\x00b",
     "\ud800",
     None,

@@ -353,7 +353,7 @@ async def test_list_metadata_filter(harness: Harness) -> None:
 
 @pytest.mark.parametrize(
     "key",
-    ["user') OR 1=1 --", "a.b", "$.x", 'x"y', "", "1abc", "a b", 7],
+    ["user') OR 1=1 --", "a..b", "$.x", 'x"y', "", "a.", "a b", 7],
 )
 async def test_list_filter_rejects_bad_keys(harness: Harness, key: Any) -> None:
     with pytest.raises(ConfigError):

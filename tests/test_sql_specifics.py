@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg_pool import ConnectionPool
 
-from checkpointer.errors import SerializationError
 from checkpointer.ids import next_channel_version, task_id_for
 from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
 from checkpointer.savers.sql import core
@@ -303,12 +302,17 @@ def test_pg_accepts_pool_and_user_transaction(pg_url: str, pg_schema: str) -> No
         assert len(list(fresh.list(make_config("manual")))) == 2
 
 
-def test_pg_metadata_with_nul_is_refused_clearly(pg_url: str, pg_schema: str) -> None:
-    with (
-        PostgresSaver.from_conn_string(pg_url, schema=pg_schema, setup=True) as saver,
-        pytest.raises(SerializationError, match="NUL"),
-    ):
-        saver.put(make_config("t"), empty_checkpoint(), {"note": "a\x00b"}, {})
+def test_pg_metadata_with_nul_is_stored_escaped(pg_url: str, pg_schema: str) -> None:
+    """jsonb cannot hold NUL: the row holds the reversible escape, readers get the NUL."""
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, setup=True) as saver:
+        config = saver.put(make_config("t"), empty_checkpoint(), {"note": "a\x00b\uffff"}, {})
+        tup = saver.get_tuple(config)
+        assert tup is not None and tup.metadata["note"] == "a\x00b\uffff"
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            f"SELECT metadata ->> 'note' FROM \"{pg_schema}\".checkpointer_checkpoints"
+        ).fetchone()
+    assert row == ("a\uffff0b\uffff\uffff",)
 
 
 async def test_async_pg_accepts_connection(pg_url: str, pg_schema: str) -> None:

@@ -13,9 +13,8 @@ import asyncio
 import builtins
 import json
 import json.encoder
-import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring
 from typing import Any, Literal
@@ -39,6 +38,14 @@ from checkpointer.lifecycle import (
     ThreadSort,
     ThreadSummary,
 )
+from checkpointer.savers.metadata import (
+    MAX_METADATA_DEPTH,
+    filter_path,
+    too_deep,
+)
+from checkpointer.savers.metadata import (
+    metadata_matches as metadata_matches,  # re-exported: the rule every saver applies
+)
 from checkpointer.serde import Serializer, default_serializer
 from checkpointer.types import (
     ChannelVersion,
@@ -49,13 +56,12 @@ from checkpointer.types import (
     DeltaChannelHistory,
     PendingWrite,
     RunnableConfig,
+    check_id,
     checkpoint_id_of,
 )
 
 PruneStrategy = Literal["keep_latest", "delete"]
 PRUNE_STRATEGIES: tuple[str, ...] = ("keep_latest", "delete")
-
-_FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 
 
 def _refuse_json(value: Any) -> Any:
@@ -117,12 +123,15 @@ def dumps_json(obj: Any) -> str:
     """Metadata as compact JSON with sorted keys (equal dicts give equal text).
 
     Every saver stores metadata this way or checks it can, so all refuse the same inputs:
-    NaN and infinities (not JSON) and lone surrogates (not UTF-8), with SerializationError.
+    NaN and infinities (not JSON), lone surrogates (not UTF-8) and nesting deeper than
+    `MAX_METADATA_DEPTH`, with SerializationError.
     """
     try:
         text = _encode_metadata(obj)
         if not text.isascii():
             text.encode("utf-8")
+    except RecursionError:
+        raise _too_deep() from None
     except SerializationError:
         raise
     except UnicodeEncodeError as exc:
@@ -131,25 +140,34 @@ def dumps_json(obj: Any) -> str:
         ) from exc
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"cannot store metadata as JSON: {exc}") from exc
+    # Nesting is at most the number of brackets (counted in C); only metadata with more of
+    # them than the bound is measured exactly.
+    if text.count("{") + text.count("[") > MAX_METADATA_DEPTH and too_deep(obj):
+        raise _too_deep()
     return text
 
 
-def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check `list(filter=...)` keys before any backend sees them.
+def _too_deep() -> SerializationError:
+    return SerializationError(
+        f"metadata nests lists/objects more than {MAX_METADATA_DEPTH} levels deep; "
+        "keep deep structures in channel state"
+    )
 
-    Keys must be plain identifiers: a key is never spliced into SQL, but refusing odd ones
-    early gives a clear error instead of a query that silently matches nothing.
+
+def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Check `list(filter=...)` before any backend sees it (the matching rule is in
+    `checkpointer.savers.metadata`).
+
+    Keys are names of letters, digits, '_' and '-', dotted for nested keys: a key is never
+    spliced into SQL, but refusing odd ones early gives a clear error instead of a query
+    that silently matches nothing.
     """
     if filter is None:
         return {}
     if not isinstance(filter, Mapping):
-        raise ConfigError(f"filter must be a dict of metadata key -> value, got {filter!r}")
+        raise ConfigError(f"filter must be a dict of metadata key -> value, got {filter!r:.200}")
     for key in filter:
-        if not isinstance(key, str) or not _FILTER_KEY.match(key):
-            raise ConfigError(
-                f"invalid metadata filter key {key!r}: use letters, digits, '_' or '-', "
-                "starting with a letter or '_'"
-            )
+        filter_path(key)
     try:
         dumps_json(dict(filter))
     except SerializationError as exc:
@@ -158,10 +176,19 @@ def validate_metadata_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]
 
 
 def validate_prune_strategy(strategy: str) -> None:
-    if strategy not in PRUNE_STRATEGIES:
-        raise ValueError(
+    if not isinstance(strategy, str) or strategy not in PRUNE_STRATEGIES:
+        raise ConfigError(
             f"unknown prune strategy {strategy!r}; expected one of {', '.join(PRUNE_STRATEGIES)}"
         )
+
+
+def validate_limit(limit: Any) -> int | None:
+    """`list(limit=...)`: None (no limit) or an int >= 0."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigError(f"limit must be an int >= 0 or None (no limit), got {limit!r:.80}")
+    return limit
 
 
 def validate_thread_listing(sort: str, limit: int | None, offset: int) -> None:
@@ -259,24 +286,6 @@ def history_loop(thread_id: str, ns: str, checkpoint_id: str) -> CorruptHistoryE
         checkpoint_ns=ns,
         checkpoint_id=checkpoint_id,
     )
-
-
-def require_sequence(value: Any, what: str) -> builtins.list[Any]:
-    """A list of ids from an argument that must be a sequence of them: a lone `str` (or
-    bytes) is refused, never iterated character by character (`prune("abc")` must not
-    touch threads "a", "b" and "c")."""
-    if isinstance(value, str | bytes | bytearray):
-        raise ConfigError(
-            f"{what} must be a list of ids, got the single string {value!r}; "
-            f"wrap it in a list: [{value!r}]"
-        )
-    if isinstance(value, Mapping) or not isinstance(value, Iterable):
-        raise ConfigError(f"{what} must be a list of ids, got {type(value).__name__}")
-    return builtins.list(value)
-
-
-def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
-    return all(key in metadata and metadata[key] == value for key, value in filter.items())
 
 
 def new_blob_channels(
@@ -380,6 +389,7 @@ class BaseCheckpointSaver:
     ) -> RetentionReport:
         """Fold a thread's long delta history into a snapshot plus its `keep_recent` newest
         checkpoints per namespace (with their writes); everything older goes."""
+        check_id(thread_id, "thread_id")
         report = self.apply_retention(
             KeepLast(keep_recent), thread_ids=[thread_id], channels=channels, dry_run=dry_run
         )
@@ -552,6 +562,7 @@ class BaseCheckpointSaver:
         keep_recent: int = 1,
         dry_run: bool = False,
     ) -> RetentionReport:
+        check_id(thread_id, "thread_id")
         report = await self.aapply_retention(
             KeepLast(keep_recent), thread_ids=[thread_id], channels=channels, dry_run=dry_run
         )

@@ -45,8 +45,8 @@ from checkpointer.savers.base import (
     parent_id_for_put,
     put_parent_mismatch,
     put_parent_missing,
-    require_sequence,
     resolve_now,
+    validate_limit,
     validate_metadata_filter,
     validate_prune_strategy,
     validate_thread_listing,
@@ -84,6 +84,9 @@ from checkpointer.types import (
     DeltaChannelHistory,
     PendingWrite,
     RunnableConfig,
+    check_id,
+    check_ids,
+    check_put_ids,
     checkpoint_id_of,
     checkpoint_ns_of,
     config_address,
@@ -236,6 +239,7 @@ class InMemorySaver(BaseCheckpointSaver):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         wanted = validate_metadata_filter(filter)
+        limit = validate_limit(limit)
         before_id = checkpoint_id_of(before) if before else None
         thread_filter = thread_id_of(config) if config is not None else None
         ns_filter = None
@@ -468,6 +472,7 @@ class InMemorySaver(BaseCheckpointSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns, parent_id = config_address(config)
+        check_put_ids(checkpoint, metadata)
         checkpoint_id = checkpoint["id"]
         if parent_id is not None and parent_id == checkpoint_id:
             parent_id_for_put(config, checkpoint)  # raises: not its own parent
@@ -541,6 +546,8 @@ class InMemorySaver(BaseCheckpointSaver):
         task_path: str = "",
     ) -> None:
         thread_id, ns, checkpoint_id = config_address(config)
+        check_id(task_id, "task_id")
+        check_id(task_path, "task_path")
         if checkpoint_id is None:
             raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
         replace = is_special_batch([channel for channel, _ in writes])
@@ -581,6 +588,7 @@ class InMemorySaver(BaseCheckpointSaver):
 
     # ----------------------------------------------------------- lifecycle
     def delete_thread(self, thread_id: str) -> None:
+        check_id(thread_id, "thread_id")
         with self._lock:
             self._threads.pop(thread_id, None)
             self._meta.pop(thread_id, None)
@@ -590,7 +598,7 @@ class InMemorySaver(BaseCheckpointSaver):
             }
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        doomed_runs = set(require_sequence(run_ids, "run_ids"))
+        doomed_runs = set(check_ids(run_ids, "run_ids"))
         if not doomed_runs:
             return
         with self._lock:
@@ -611,7 +619,8 @@ class InMemorySaver(BaseCheckpointSaver):
         to their location, each is re-sealed for the target thread (the bytes of the source
         would not decrypt there). A target that holds checkpoints is refused unless
         `replace`, which deletes it first (two histories never merge)."""
-        source_id, target_id = source_thread_id, target_thread_id
+        source_id = check_id(source_thread_id, "source_thread_id")
+        target_id = check_id(target_thread_id, "target_thread_id")
         if source_id == target_id:
             return
         relocating = is_located(self.serde) and source_id != target_id
@@ -657,7 +666,7 @@ class InMemorySaver(BaseCheckpointSaver):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         validate_prune_strategy(strategy)
-        thread_ids = require_sequence(thread_ids, "thread_ids")
+        thread_ids = check_ids(thread_ids, "thread_ids")
         with self._lock:
             for thread_id in thread_ids:
                 if strategy == "delete":
@@ -678,6 +687,8 @@ class InMemorySaver(BaseCheckpointSaver):
         now: datetime | None = None,
     ) -> RetentionReport:
         policy = validate_policy(policy)
+        if thread_ids is not None:
+            thread_ids = check_ids(thread_ids, "thread_ids")
         at = resolve_now(now)
         report = RetentionReport(policy.describe(), dry_run)
         with self._lock:
@@ -862,6 +873,7 @@ class InMemorySaver(BaseCheckpointSaver):
         return make_config(thread_id, ns, checkpoint_id)
 
     def list_pinned(self, thread_id: str) -> builtins.list[RunnableConfig]:
+        check_id(thread_id, "thread_id")
         with self._lock:
             found = [
                 (cid, ns)
@@ -882,6 +894,8 @@ class InMemorySaver(BaseCheckpointSaver):
         thread_ids: Sequence[str] | None = None,
     ) -> builtins.list[ThreadSummary]:
         validate_thread_listing(sort, limit, offset)
+        if thread_ids is not None:
+            thread_ids = check_ids(thread_ids, "thread_ids")
         with self._lock:
             wanted = self._thread_ids() if thread_ids is None else _unique(thread_ids)
             sizes = self._blob_sizes()
@@ -915,6 +929,7 @@ class InMemorySaver(BaseCheckpointSaver):
         )
 
     def set_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> None:
+        check_id(thread_id, "thread_id")
         validate_ttl(ttl)
         with self._lock:
             meta = self._meta.get(str(thread_id))
@@ -925,6 +940,8 @@ class InMemorySaver(BaseCheckpointSaver):
 
     def refresh_thread_summaries(self, thread_ids: Sequence[str] | None = None) -> int:
         """Summaries are computed when read; nothing can drift."""
+        if thread_ids is not None:
+            thread_ids = check_ids(thread_ids, "thread_ids")
         with self._lock:
             return len(self._thread_ids() if thread_ids is None else _unique(thread_ids))
 
@@ -948,7 +965,7 @@ def _write_location(
 
 
 def _unique(thread_ids: Sequence[str]) -> list[str]:
-    return [str(t) for t in dict.fromkeys(require_sequence(thread_ids, "thread_ids"))]
+    return list(dict.fromkeys(check_ids(thread_ids, "thread_ids")))
 
 
 def _skipped(outcome: ThreadOutcome, reason: str) -> ThreadOutcome:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from checkpointer.errors import CheckpointerError
+from checkpointer.errors import CheckpointerError, StorageFullError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.pg_faults import (
     RetryPolicy,
@@ -20,8 +20,6 @@ from checkpointer.savers.sql.pg_faults import (
     pool_exhausted,
 )
 from checkpointer.savers.sql.sync_exec import (
-    FILE_PRAGMAS,
-    is_file_database,
     run_sqlite_op,
     sqlite_pragmas,
     typed_busy_errors,
@@ -95,10 +93,7 @@ class AsyncSqliteExecutor:
                 # Autocommit: we issue BEGIN IMMEDIATE ourselves. The attribute belongs to
                 # the sqlite3 connection living in aiosqlite's thread, so set it there.
                 await self._conn._execute(setattr, self._conn._conn, "isolation_level", None)
-            pragmas = list(self._pragmas)
-            if await self._conn._execute(is_file_database, self._conn._conn):
-                pragmas.extend(FILE_PRAGMAS)
-            for pragma in pragmas:
+            for pragma in self._pragmas:
                 # Read every result row: an undrained PRAGMA stays "in progress" and would
                 # make a later COMMIT fail.
                 async with self._conn.execute(pragma) as cursor:
@@ -263,6 +258,11 @@ class AsyncPostgresExecutor:
             except psycopg.Error as exc:
                 if is_pool_timeout(exc):
                     raise pool_exhausted(self.where, exc) from exc
+                if isinstance(exc, psycopg.errors.DiskFull):
+                    raise StorageFullError(
+                        f"{self.where} is out of disk space: the transaction was rolled "
+                        "back and nothing of this call was written; free space and retry"
+                    ) from exc
                 raise
             assert lost is not None
             if self._pool is not None:

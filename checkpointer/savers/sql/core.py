@@ -34,8 +34,10 @@ from checkpointer.savers.base import (
     put_parent_mismatch,
     put_parent_missing,
     resolve_now,
+    validate_limit,
     validate_metadata_filter,
 )
+from checkpointer.savers.metadata import unescape_json_value
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
 from checkpointer.savers.sql.inline import (
@@ -234,7 +236,10 @@ def _is_versions(value: Any) -> bool:
 
 def decode_metadata(value: Any, where: Where = _NO_WHERE) -> CheckpointMetadata:
     """The metadata column, checked for the one field the savers rely on (counters of the
-    delta channels: an object of pairs); CorruptValueError otherwise."""
+    delta channels: an object of pairs); CorruptValueError otherwise. jsonb arrives parsed,
+    with PostgreSQL's NUL escapes undone here (SQLite's text holds NUL as it is)."""
+    if not isinstance(value, str | bytes):
+        value = unescape_json_value(value)
     return metadata_counters_as_pairs(_json_object(value, "metadata", where), where)  # type: ignore[return-value]
 
 
@@ -422,14 +427,19 @@ class Dialect:
     def list_param(self, values: Sequence[Any]) -> Any:
         raise NotImplementedError
 
-    def metadata_filter(self, column: str, key_name: str, value_name: str) -> str:
+    def metadata_filter(self, column: str, key_name: str, value_name: str, value: Any) -> str:
+        """SQL true where the metadata's value at the bound path `key_name` is JSON-equal
+        (`checkpointer.savers.metadata`) to the bound `value_name`; the text may depend on
+        the filter value's JSON type, never on the value itself."""
         raise NotImplementedError
 
     def metadata_filter_params(self, key: str, value: Any) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def check_metadata(self, text: str) -> None:
-        """Refuse what the metadata column cannot hold (PostgreSQL jsonb: NUL)."""
+    def check_metadata(self, text: str) -> str:
+        """Metadata JSON text as the metadata column stores it (PostgreSQL jsonb cannot
+        hold NUL: see `metadata.escape_json_text`)."""
+        return text
 
     def typed(self, expr: str, kind: str) -> str:
         """An expression cast to `kind` (text, float, bigint, int, ts, bool) where the
@@ -522,6 +532,13 @@ class Dialect:
 
     def setup_plan(self) -> Plan[None]:
         raise NotImplementedError
+
+    def file_setup_plan(self) -> Plan[None] | None:
+        """Settings of the database file itself, run by `setup()` before `setup_plan` and
+        outside its transaction (SQLite: WAL, incremental auto-vacuum). None when the
+        backend has none. Never run on an ordinary connection: changing them takes the
+        write lock, which a read must never need."""
+        return None
 
     def describe(self) -> str:
         """Names the database in errors."""
@@ -618,10 +635,7 @@ class ListQuery:
             query.checkpoint_id = checkpoint_id_of(config)
         if before is not None:
             query.before_id = checkpoint_id_of(before)
-        if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, int):
-                raise ConfigError(f"limit must be an int, got {limit!r}")
-            query.limit = max(limit, 0)
+        query.limit = validate_limit(limit)
         return query
 
 
@@ -679,7 +693,7 @@ def list_page_stmt(
     for i, (key, value) in enumerate(query.filter.items()):
         key_param, value_param = d.metadata_filter_params(key, value)
         params[f"fk{i}"], params[f"fv{i}"] = key_param, value_param
-        where.append(d.metadata_filter("metadata", f"fk{i}", f"fv{i}"))
+        where.append(d.metadata_filter("metadata", f"fk{i}", f"fv{i}", value))
 
     whole_thread = query.thread_id is not None
     params["page_bytes"] = LIST_PAGE_BYTES
@@ -1241,8 +1255,7 @@ def put_op(
             (channel, version_text(version), *dumps(value))
             for channel, (version, value) in changed.items()
         ]
-    meta_text = encode_metadata(metadata)
-    d.check_metadata(meta_text)
+    meta_text = d.check_metadata(encode_metadata(metadata))
     run_id = metadata.get("run_id")
     record = encode_record(checkpoint, inline)
     where = f"in checkpoint {checkpoint_id!r}"

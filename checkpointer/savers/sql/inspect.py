@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from checkpointer.channels.markers import DeltaSnapshot
 from checkpointer.savers.base import history_loop
+from checkpointer.savers.metadata import unescape_json_value
 from checkpointer.savers.sql.core import (
     WALK_BOUND_REACHED,
     Dialect,
@@ -131,14 +132,15 @@ def _opt_int(value: Any) -> int | None:
         return None
 
 
-def json_doc(value: Any) -> dict[str, Any]:
-    """A JSON column as a dict: jsonb arrives parsed (psycopg), SQLite gives text."""
+def json_doc(value: Any, *, metadata: bool = False) -> dict[str, Any]:
+    """A JSON column as a dict: jsonb arrives parsed (psycopg), SQLite gives text. For the
+    metadata column, PostgreSQL's NUL escapes are undone (`metadata.escape_json_text`)."""
     if value is None:
         return {}
     if isinstance(value, str | bytes):
         parsed = json.loads(value)
         return parsed if isinstance(parsed, dict) else {}
-    return dict(value)
+    return dict(unescape_json_value(value)) if metadata else dict(value)
 
 
 # --------------------------------------------------------------------------- threads
@@ -319,7 +321,10 @@ def skeleton_plan(d: Dialect, thread_id: str, ns: str) -> Plan[dict[str, Skeleto
     )
     nodes = {
         str(cid): SkeletonNode(
-            str(cid), None if pid is None else str(pid), json_doc(rec), json_doc(meta)
+            str(cid),
+            None if pid is None else str(pid),
+            json_doc(rec),
+            json_doc(meta, metadata=True),
         )
         for cid, pid, rec, meta in rows
     }
@@ -463,7 +468,7 @@ def raw_tuple_plan(
         checkpoint_id=checkpoint_id,
         parent_id=None if parent_id is None else str(parent_id),
         record=doc,
-        metadata=json_doc(metadata),
+        metadata=json_doc(metadata, metadata=True),
         blobs=blobs,
         writes=[
             RawWrite(checkpoint_id, *_key(d, tid, idx, path), str(ch), str(t), bytes(b))

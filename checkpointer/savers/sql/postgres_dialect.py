@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from checkpointer.errors import ConfigError, SerializationError
+from checkpointer.errors import ConfigError
+from checkpointer.savers.metadata import escape_json_text, filter_path
 from checkpointer.savers.sql.core import (
     SUMMARY_COLUMNS,
     Dialect,
@@ -212,24 +213,17 @@ class PostgresDialect(Dialect):
     def list_param(self, values: Sequence[Any]) -> Any:
         return list(values)
 
-    def metadata_filter(self, column: str, key_name: str, value_name: str) -> str:
-        return f"{column} -> {self.p(key_name)} = {self.p(value_name)}::jsonb"
+    def metadata_filter(self, column: str, key_name: str, value_name: str, value: Any) -> str:
+        # jsonb equality is the filter rule (`checkpointer.savers.metadata`); the path is a
+        # bound text[] of the dotted key's names.
+        return f"{column} #> {self.p(key_name)} = {self.p(value_name)}::jsonb"
 
     def metadata_filter_params(self, key: str, value: Any) -> tuple[Any, Any]:
-        text = dumps_json(value)
-        if "\\u0000" in text:
-            raise ConfigError(
-                f"metadata filter {key!r}: PostgreSQL (jsonb) cannot hold NUL (\\x00), so "
-                "no stored metadata has it"
-            )
-        return key, text
+        # Escaped as stored metadata is, so a filter for a string with NUL finds it.
+        return list(filter_path(key)), escape_json_text(dumps_json(value))
 
-    def check_metadata(self, text: str) -> None:
-        if "\\u0000" in text:
-            raise SerializationError(
-                "metadata strings cannot contain NUL (\\x00) on PostgreSQL (jsonb); "
-                "remove it or keep such values in channel state"
-            )
+    def check_metadata(self, text: str) -> str:
+        return escape_json_text(text)
 
     def typed(self, expr: str, kind: str) -> str:
         return f"CAST({expr} AS {_CASTS[kind]})"

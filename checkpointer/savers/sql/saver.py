@@ -39,7 +39,6 @@ from checkpointer.lifecycle import (
 from checkpointer.savers.base import (
     BaseCheckpointSaver,
     history_loop,
-    require_sequence,
     resolve_now,
     validate_prune_strategy,
     validate_thread_listing,
@@ -91,6 +90,9 @@ from checkpointer.types import (
     CheckpointTuple,
     DeltaChannelHistory,
     RunnableConfig,
+    check_id,
+    check_ids,
+    check_put_ids,
     checkpoint_id_of,
     checkpoint_ns_of,
     config_address,
@@ -150,6 +152,9 @@ class _SqlPrograms:
         check_revision(found, where=self._where())
 
     def _p_setup(self) -> Program[None]:
+        if self._dialect.file_setup_plan() is not None:
+            # Idempotent settings, outside any transaction (journal_mode cannot change in one).
+            yield repeatable(lambda: Op(self._dialect.file_setup_plan(), write=True))  # type: ignore[arg-type]
         # Repeatable: one transaction that reads the schema version before changing anything,
         # so a repeat after a lost COMMIT finds the schema current and does nothing.
         yield repeatable(lambda: Op(self._dialect.setup_plan(), txn=True))
@@ -179,6 +184,7 @@ class _SqlPrograms:
     ) -> Program[RunnableConfig]:
         inlines = serde_inlines(self.serde)
         thread_id, ns, parent_id = config_address(config)
+        check_put_ids(checkpoint, metadata)
         carried = None
         if inlines and parent_id is not None:
             unchanged = unchanged_channels(checkpoint, new_versions)
@@ -214,23 +220,27 @@ class _SqlPrograms:
         task_id: str,
         task_path: str,
     ) -> Program[None]:
+        check_id(task_id, "task_id")
+        check_id(task_path, "task_path")
         op = put_writes_op(self._dialect, self.serde, config, writes, task_id, task_path)
         if op is not None:
             yield op
 
     def _p_delete_thread(self, thread_id: str) -> Program[None]:
+        thread_id = check_id(thread_id, "thread_id")
         self._recent_inline.clear()  # its checkpoint ids may come back with other values
-        yield self._dialect.delete_thread_plan(str(thread_id))
+        yield self._dialect.delete_thread_plan(thread_id)
 
     def _p_delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:
-        run_ids = require_sequence(run_ids, "run_ids")
-        if run_ids:
-            yield Op(delete_for_runs_plan(self._dialect, list(run_ids)), txn=True)
+        runs = check_ids(run_ids, "run_ids")
+        if runs:
+            yield Op(delete_for_runs_plan(self._dialect, runs), txn=True)
 
     def _p_copy_thread(
         self, source_thread_id: str, target_thread_id: str, replace: bool
     ) -> Program[None]:
-        source, target = str(source_thread_id), str(target_thread_id)
+        source = check_id(source_thread_id, "source_thread_id")
+        target = check_id(target_thread_id, "target_thread_id")
         if source == target:
             return
         d = self._dialect
@@ -245,7 +255,7 @@ class _SqlPrograms:
 
     def _p_prune(self, thread_ids: Sequence[str], strategy: str) -> Program[None]:
         validate_prune_strategy(strategy)
-        threads = [str(t) for t in dict.fromkeys(require_sequence(thread_ids, "thread_ids"))]
+        threads = list(dict.fromkeys(check_ids(thread_ids, "thread_ids")))
         if not threads:
             return
         if strategy == "delete":
@@ -287,9 +297,9 @@ class _SqlPrograms:
         now: datetime | None,
     ) -> Program[RetentionReport]:
         policy = validate_policy(policy)
-        at = resolve_now(now)
         if thread_ids is not None:
-            thread_ids = require_sequence(thread_ids, "thread_ids")
+            thread_ids = check_ids(thread_ids, "thread_ids")
+        at = resolve_now(now)
         d = self._dialect
         report = RetentionReport(policy.describe(), dry_run)
         if isinstance(policy, IdleThreadTTL):
@@ -375,8 +385,9 @@ class _SqlPrograms:
         return make_config(thread_id, ns, found)
 
     def _p_list_pinned(self, thread_id: str) -> Program[builtins.list[RunnableConfig]]:
-        rows = yield read_plan(lambda: lc.list_pinned_plan(self._dialect, str(thread_id)))
-        return [make_config(str(thread_id), ns, cid) for ns, cid in rows]
+        thread_id = check_id(thread_id, "thread_id")
+        rows = yield read_plan(lambda: lc.list_pinned_plan(self._dialect, thread_id))
+        return [make_config(thread_id, ns, cid) for ns, cid in rows]
 
     def _p_list_threads(
         self,
@@ -388,7 +399,7 @@ class _SqlPrograms:
     ) -> Program[builtins.list[ThreadSummary]]:
         validate_thread_listing(sort, limit, offset)
         if thread_ids is not None:
-            thread_ids = require_sequence(thread_ids, "thread_ids")
+            thread_ids = check_ids(thread_ids, "thread_ids")
         summaries = yield read_plan(
             lambda: lc.list_threads_plan(
                 self._dialect,
@@ -402,8 +413,9 @@ class _SqlPrograms:
         return summaries
 
     def _p_set_thread_ttl(self, thread_id: str, ttl: timedelta | None) -> Program[None]:
+        thread_id = check_id(thread_id, "thread_id")
         seconds = validate_ttl(ttl)
-        yield Op(lc.set_ttl_plan(self._dialect, str(thread_id), seconds, resolve_now(None)))
+        yield Op(lc.set_ttl_plan(self._dialect, thread_id, seconds, resolve_now(None)))
 
     def _p_reclaim_space(self, full: bool) -> Program[SpaceReport]:
         if self._dialect.name == "sqlite":
@@ -414,7 +426,7 @@ class _SqlPrograms:
 
     def _p_refresh(self, thread_ids: Sequence[str] | None) -> Program[int]:
         if thread_ids is not None:
-            thread_ids = require_sequence(thread_ids, "thread_ids")
+            thread_ids = check_ids(thread_ids, "thread_ids")
         count = yield Op(lc.refresh_plan(self._dialect, thread_ids, resolve_now(None)), txn=True)
         return count
 

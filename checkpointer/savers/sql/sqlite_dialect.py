@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
 
+from checkpointer.savers.metadata import filter_path
 from checkpointer.savers.sql.core import (
     SUMMARY_CLOCK_SECONDS,
     Dialect,
@@ -48,6 +49,14 @@ def parse_ts(value: Any) -> datetime | None:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
+
+FILE_PRAGMAS = ("PRAGMA auto_vacuum = INCREMENTAL", "PRAGMA journal_mode = WAL")
+"""Settings of a database file, made by `setup()` only (`SqliteDialect.file_setup_plan`):
+both persist in the file, and changing either takes the write lock, which an ordinary
+connection must never wait for (a read would then fail while another process writes)."""
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 MULTI_ROW_CHUNK = 100
 """Rows per multi-row INSERT (at most 900 bound parameters, under every SQLite's limit)."""
@@ -169,17 +178,57 @@ class SqliteDialect(Dialect):
     def list_param(self, values: Sequence[Any]) -> Any:
         return json.dumps(list(values))
 
-    def metadata_filter(self, column: str, key_name: str, value_name: str) -> str:
-        # Both sides are compact JSON text with sorted keys, so equal values compare equal.
-        test = f"{column} -> {self.p(key_name)} = json({self.p(value_name)})"
+    def metadata_filter(self, column: str, key_name: str, value_name: str, value: Any) -> str:
+        # JSON equality (`checkpointer.savers.metadata`) by the filter value's type: SQLite
+        # compares integers and reals by value, and json_type keeps booleans apart from
+        # numbers (json_extract gives both as 1 and 0).
+        path, param = self.p(key_name), self.p(value_name)
+        kind = f"json_type({column}, {path})"
+        if isinstance(value, bool):
+            test = f"{kind} = '{'true' if value else 'false'}'"
+        elif value is None:
+            test = f"{kind} = 'null'"
+        elif isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+            test = f"{column} -> {path} = {param}"  # as written: beyond what SQL compares
+        elif isinstance(value, int | float):
+            test = f"{kind} IN ('integer', 'real') AND {column} ->> {path} = {param}"
+        elif isinstance(value, str):
+            # As JSON text, both sides rendered by SQLite: `->>` would cut a string at NUL.
+            test = f"{kind} = 'text' AND {column} -> {path} = json({param})"
+        else:
+            # Lists and objects: every node of each tree has a node at the same place in
+            # the other, of the same kind (integer and real alike) and with an equal atom;
+            # strings compared as JSON text, since an atom stops at NUL.
+            root, other = f"({column} -> {path})", f"json({param})"
+            same = (
+                "b.fullkey = a.fullkey AND (CASE WHEN a.type IN ('integer', 'real') THEN 'n' "
+                "ELSE a.type END) = (CASE WHEN b.type IN ('integer', 'real') THEN 'n' "
+                f"ELSE b.type END) AND CASE WHEN a.type = 'text' THEN {root} -> a.fullkey = "
+                f"{other} -> a.fullkey ELSE a.atom IS b.atom END"
+            )
+            stored, wanted = f"json_tree({root})", f"json_tree({other})"
+            test = (
+                f"{kind} = '{'array' if isinstance(value, list | tuple) else 'object'}' "
+                f"AND NOT EXISTS (SELECT 1 FROM {stored} AS a WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {wanted} AS b WHERE {same})) "
+                f"AND NOT EXISTS (SELECT 1 FROM {wanted} AS a WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {stored} AS b WHERE {same}))"
+            )
         if self.json_guarded:  # metadata that is not JSON matches: reading it says why
-            return f"CASE WHEN json_valid({column}) THEN {test} ELSE 1 END"
-        return test
+            return f"CASE WHEN json_valid({column}) THEN ({test}) ELSE 1 END"
+        return f"({test})"
 
     def metadata_filter_params(self, key: str, value: Any) -> tuple[Any, Any]:
-        # Keys are validated identifiers ([A-Za-z0-9_-]), safe inside a quoted JSON path;
-        # the path is still bound as a parameter, never spliced into the SQL.
-        return f'$."{key}"', dumps_json(value)
+        # Names are validated ([A-Za-z0-9_-]), safe inside a quoted JSON path; the path is
+        # still bound as a parameter, never spliced into the SQL.
+        path = "$" + "".join(f'."{name}"' for name in filter_path(key))
+        if isinstance(value, bool) or value is None:
+            return path, None
+        if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+            return path, dumps_json(value)
+        if isinstance(value, int | float):
+            return path, value
+        return path, dumps_json(value)
 
     def ts_param(self, when: datetime) -> Any:
         return format_ts(when)
@@ -383,6 +432,14 @@ class SqliteDialect(Dialect):
             return None
         rows = yield Stmt(f"SELECT version_num FROM {VERSION_TABLE}", (), fetch=True)
         return rows[0][0] if rows else None
+
+    def file_setup_plan(self) -> Plan[None]:
+        # auto_vacuum only takes effect before the first table exists (a new file, or at
+        # the next VACUUM), so it is asked for before the migration creates the tables;
+        # `reclaim_space()` can then shrink the file with an incremental vacuum. Both
+        # settings persist in the file, so connections never repeat them.
+        for pragma in FILE_PRAGMAS:
+            yield Stmt(pragma, (), fetch=True)
 
     def setup_plan(self) -> Plan[None]:
         """Run inside BEGIN IMMEDIATE: one process migrates, the others wait, then see it

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from checkpointer.errors import CheckpointerError, StorageBusyError
+from checkpointer.errors import CheckpointerError, StorageBusyError, StorageFullError
 from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.pg_faults import (
     RetryPolicy,
@@ -43,16 +43,24 @@ def drive(op: Op[T], execute: Callable[[Stmt], list[Row]]) -> T:
 
 
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_FULL_CODE = 13  # SQLITE_FULL: disk full, or the file reached max_page_count
 
 
 @contextmanager
 def typed_busy_errors(where: str, busy_timeout: float) -> Iterator[None]:
-    """A write that stayed locked past the busy timeout becomes StorageBusyError: one
-    clear, catchable error naming the database and the timeout (nothing was written)."""
+    """A write that stayed locked past the busy timeout becomes StorageBusyError, one that
+    found the database full StorageFullError: clear, catchable errors naming the database
+    (the transaction was rolled back: nothing of it was written)."""
     try:
         yield
     except sqlite3.OperationalError as exc:
         code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == _FULL_CODE:
+            raise StorageFullError(
+                f"{where} is full (no disk space, or max_page_count reached): the "
+                "transaction was rolled back and nothing of this call was written; free "
+                "space and retry"
+            ) from exc
         if code is None or code & 0xFF not in _BUSY_CODES:
             raise
         raise StorageBusyError(
@@ -85,11 +93,13 @@ def run_sqlite_op(conn: sqlite3.Connection, op: Op[T], trace: StatementHook | No
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = drive(op, execute)
+        # Inside the try: a COMMIT that fails (a full disk while appending to the WAL)
+        # must not leave the transaction open on this connection.
+        conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
     return result
 
 
@@ -108,23 +118,8 @@ def sqlite_pragmas(busy_timeout: float, synchronous: str) -> list[str]:
     ]
 
 
-FILE_PRAGMAS = ("PRAGMA auto_vacuum = INCREMENTAL", "PRAGMA journal_mode = WAL")
-"""Settings of a database file. auto_vacuum only takes effect on a file that has no table
-yet (a new database, or at the next VACUUM), which is why every connection asks for it:
-`reclaim_space()` can then shrink the file with an incremental vacuum."""
-
-
 def is_memory_path(path: str) -> bool:
     return path in ("", ":memory:") or (path.startswith("file:") and "mode=memory" in path)
-
-
-def is_file_database(conn: sqlite3.Connection) -> bool:
-    """Whether the connection's main database is a file (WAL and vacuum settings apply);
-    asked of the connection itself, since a connection handed to us carries no path."""
-    for _seq, name, file in conn.execute("PRAGMA database_list").fetchall():
-        if name == "main":
-            return bool(file)
-    return False
 
 
 class _ConnHolder:
@@ -223,9 +218,6 @@ class SqliteExecutor:
         conn.isolation_level = None
         for pragma in self._pragmas:
             conn.execute(pragma)
-        if is_file_database(conn):
-            for pragma in FILE_PRAGMAS:
-                conn.execute(pragma).fetchall()
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
@@ -355,6 +347,11 @@ class PostgresExecutor:
             except psycopg.Error as exc:
                 if is_pool_timeout(exc):
                     raise pool_exhausted(self.where, exc) from exc
+                if isinstance(exc, psycopg.errors.DiskFull):
+                    raise StorageFullError(
+                        f"{self.where} is out of disk space: the transaction was rolled "
+                        "back and nothing of this call was written; free space and retry"
+                    ) from exc
                 raise
             assert lost is not None
             if self._pool is not None:

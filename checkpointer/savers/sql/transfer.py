@@ -102,7 +102,7 @@ def checkpoints_page_plan(
             None if pid is None else str(pid),
             None if run_id is None else str(run_id),
             json_doc(rec),
-            json_doc(meta),
+            json_doc(meta, metadata=True),
         )
         for ns, cid, pid, run_id, rec, meta in rows
     ]
@@ -171,8 +171,7 @@ def insert_checkpoints_stmt(d: Dialect, rows: Sequence[CheckpointRow]) -> Stmt:
     """Insert checkpoint rows as they are (a row already there is left alone)."""
     params = []
     for r in rows:
-        meta = dumps_json(r.metadata)
-        d.check_metadata(meta)
+        meta = d.check_metadata(dumps_json(r.metadata))
         params.append(
             {
                 "thread_id": r.thread_id,
@@ -548,7 +547,7 @@ def fork_in_place_plan(
     fork_id = (new_id or newer_checkpoint_id)(latest[0][0] if latest else None)
     rec = json_doc(record)
     rec["ts"] = utc_now_iso()
-    meta = json_doc(metadata)
+    meta = json_doc(metadata, metadata=True)
     meta.pop("run_id", None)
     meta.update(source="fork", forked_from=checkpoint_id)
     row = CheckpointRow(
