@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 import msgpack
 import pydantic
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from checkpointer.errors import (
     ConfigError,
@@ -37,6 +39,7 @@ from checkpointer.savers.memory import InMemorySaver
 from checkpointer.serde import MsgpackSerializer
 from checkpointer.serde import classes as policy
 from checkpointer.serde import msgpack_serde as ms
+from tests.test_fuzz import example_settings
 from tests.test_serde import assert_same, ext, mark, roundtrip
 
 HERE = __name__
@@ -571,3 +574,168 @@ def test_stand_in_exception_text() -> None:
     with_text = StoredException("pkg", "E", (), {}, "E: custom repr")
     assert repr(with_text) == "E: custom repr" == str(with_text)
     assert_same(roundtrip(MsgpackSerializer(), stand_in).args, ("a",))
+
+
+# ------------------------------------------------------------------ properties
+
+PROPERTY = example_settings(200)
+
+
+@dataclasses.dataclass
+class Doubling:
+    """`__post_init__` changes the value: a load that ran it would not round trip."""
+
+    n: int
+    child: Any = None
+
+    def __post_init__(self) -> None:
+        LOG.append("Doubling.__post_init__")
+        self.n *= 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Frozen:
+    a: Any
+    b: tuple[int, ...] = ()
+
+
+class Shouting(pydantic.BaseModel):
+    """A validator that changes the value and a post-init hook: neither may run on load."""
+
+    text: str
+    inner: Any = None
+    _seen: int = pydantic.PrivateAttr(default=0)
+
+    @pydantic.field_validator("text")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        LOG.append("Shouting._upper")
+        return value.upper()
+
+    def model_post_init(self, context: Any) -> None:
+        LOG.append("Shouting.model_post_init")
+
+
+class Loose(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+    a: int = 0
+
+
+class Grade(enum.IntEnum):
+    A = 1
+    B = 2
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        LOG.append("Grade._missing_")
+        return cls.A
+
+
+class Span(NamedTuple):
+    start: Any
+    end: Any = None
+
+
+class AppError(Exception):
+    def __init__(self, message: str, *, status: int) -> None:
+        LOG.append("AppError.__init__")
+        super().__init__(message)
+        self.status = status
+
+
+def _app_error(message: str, status: int) -> AppError:
+    error = AppError(message, status=status)
+    return error
+
+
+_leaf = (
+    st.none()
+    | st.integers(-(2**70), 2**70)
+    | st.text(max_size=6)
+    | st.sampled_from(list(Grade) + list(Hooked))
+    | st.builds(Tagged, st.text(max_size=4))
+)
+
+
+def _nested(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        | st.builds(Doubling, st.integers(-100, 100), inner).map(_undouble)
+        | st.builds(Frozen, inner, st.lists(st.integers(0, 9), max_size=2).map(tuple))
+        | st.builds(Shouting.model_construct, text=st.text(max_size=5), inner=inner)
+        | st.builds(lambda a, x: Loose(a=a, extra=x), st.integers(0, 9), inner)
+        | st.builds(Span, inner, inner)
+        | st.builds(_app_error, st.text(max_size=5), st.integers(0, 599))
+        | st.builds(Counted, st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+    )
+
+
+def _undouble(value: Doubling) -> Doubling:
+    object.__setattr__(value, "n", value.n // 2 * 2)  # __post_init__ ran once at build
+    return value
+
+
+app_values = st.recursive(_leaf, _nested, max_leaves=12)
+
+
+@PROPERTY
+@given(app_values)
+def test_app_classes_round_trip_without_running_their_code(value: Any) -> None:
+    data = MsgpackSerializer().dumps_typed(value)
+    LOG.clear()
+    for serde in (MsgpackSerializer(), MsgpackSerializer(strict=True, allowed_modules=[HERE])):
+        loaded = serde.loads_typed(data)
+        assert LOG == []
+        assert_same(value, loaded)
+        if isinstance(value, Shouting):
+            assert loaded.text == value.text  # the validator would have upper-cased it
+
+
+@PROPERTY
+@given(app_values)
+def test_strict_serializer_refuses_or_round_trips(value: Any) -> None:
+    """Strict and not told about this module: a value loads identically (only builtins in
+    it; app exceptions as stand-ins), or the refusal names a class of this module."""
+    data = MsgpackSerializer().dumps_typed(value)
+    try:
+        loaded = MsgpackSerializer(strict=True).loads_typed(data)
+    except TypeNotAllowedError as exc:
+        assert HERE in str(exc)
+        return
+    _assert_same_with_stand_ins(value, loaded)
+
+
+def _assert_same_with_stand_ins(value: Any, loaded: Any) -> None:
+    if isinstance(value, AppError):
+        assert type(loaded) is StoredException and loaded.args == value.args
+        assert loaded.state == {"status": value.status} and repr(loaded) == repr(value)
+    elif isinstance(value, Tagged | Counted):  # the builtin value, its class not allowed
+        assert type(loaded) is type(value).__mro__[1] and loaded == value
+    elif isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+        assert type(loaded) is type(value) and len(loaded) == len(value)
+        for a, b in zip(value, loaded):
+            _assert_same_with_stand_ins(a, b)
+    elif isinstance(value, dict) and type(value) is dict:
+        assert list(loaded) == list(value)
+        for key in value:
+            _assert_same_with_stand_ins(value[key], loaded[key])
+    else:
+        assert_same(value, loaded)
+
+
+@PROPERTY
+@given(st.sampled_from(sorted(GADGET_RESTS)), st.sampled_from(["subprocess", "os", "builtins"]))
+def test_gadget_references_never_load(code: int, attr: str) -> None:
+    """Every class-record kind naming a callable reached through an allowed module's
+    attributes is refused, strict or not."""
+    for target in ("Popen", "system", "eval", "check_output"):
+        qualname = f"{attr}.{target}"
+        for strict in (False, True):
+            s = MsgpackSerializer(allowed_modules=[HERE], strict=strict)
+            try:
+                loaded = s.loads_typed(_ref(code, HERE, qualname, *GADGET_RESTS[code]))
+            except TypeNotAllowedError:
+                continue
+            assert code == ms.EXT_SUBCLASS and type(loaded) is str
