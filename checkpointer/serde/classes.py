@@ -39,10 +39,12 @@ from typing import Any, Final
 
 from checkpointer import errors as _errors
 from checkpointer.errors import ConfigError, DeserializationError, TypeNotAllowedError
-from checkpointer.serde.rebuild import dataclass_plan
+from checkpointer.serde.rebuild import dataclass_plan, nearest_c_new
 from checkpointer.serde.value_types import (
     EXT_DATACLASS,
     EXT_EXCEPTION,
+    EXT_PYDANTIC,
+    EXT_PYDANTIC_V1,
     EXT_TYPE,
     KIND_BY_EXT,
     PLAIN_CLASSES,
@@ -342,7 +344,11 @@ class ClassPolicy:
             raise DeserializationError(
                 f"stored data names {module}.{qualname} as a {kind}, but it is not one"
             )
-        plan = dataclass_plan(cls) if code == EXT_DATACLASS else None
+        plan: Any = None
+        if code == EXT_DATACLASS:
+            plan = dataclass_plan(cls)
+        elif code in (EXT_PYDANTIC, EXT_PYDANTIC_V1):
+            plan = nearest_c_new(cls)
         found = self._resolved[key] = (cls, plan)
         return found
 

@@ -27,6 +27,7 @@ value, where we refuse them (or use a codec), and no cheap check can rule them o
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from functools import partial
 from itertools import islice
@@ -44,7 +45,7 @@ from checkpointer.errors import (
 from checkpointer.serde.classes import ClassPolicy
 from checkpointer.serde.fast_path import _NOT_PLAIN, _load_plain
 from checkpointer.serde.frames import decompress_typed, is_compressed
-from checkpointer.serde.records import decode_class_ref, encode_object
+from checkpointer.serde.records import decode_class_ref, encoder_for
 from checkpointer.serde.value_types import (  # the format's codes, re-exported
     ARRAY_CODES,
     BUILTIN_ARRAY_DECODERS,
@@ -147,6 +148,10 @@ can be used costs about what ormsgpack saves. Checked by the callers of `_load_p
 even calling it shows on small values."""
 
 
+_MAX_CACHED_ENCODERS: Final = 4096
+"""Classes whose encoder a serializer keeps; past that the cache starts over."""
+
+
 class Codec(NamedTuple):
     """How to store a foreign type: `encode(obj)` returns any msgpack-able payload (our
     extensions included) and `decode(payload)` rebuilds the object. Registering a codec is
@@ -161,6 +166,12 @@ class Codec(NamedTuple):
 
 _GLOBAL_CODECS_BY_NAME: dict[str, Codec] = {}
 _GLOBAL_CODECS_BY_TYPE: dict[type, Codec] = {}
+_SERIALIZERS: weakref.WeakSet[MsgpackSerializer] = weakref.WeakSet()
+"""Every serializer, so that registering a global codec drops their cached encoders."""
+
+
+def _encode_with_codec(codec: Codec, obj: Any) -> list[Any]:
+    return [MARK[EXT_CODEC], codec.name, codec.encode(obj)]
 
 
 def _add_codec(by_name: dict[str, Codec], by_type: dict[type, Codec], codec: Codec) -> None:
@@ -189,6 +200,8 @@ def register_codec(
     is what is stored, so keep it stable. A codec registered on one serializer instance wins
     over a global one of the same name or type.
     """
+    for serializer in list(_SERIALIZERS):
+        serializer._encoders.clear()
     _add_codec(
         _GLOBAL_CODECS_BY_NAME,
         _GLOBAL_CODECS_BY_TYPE,
@@ -228,6 +241,8 @@ class MsgpackSerializer:
         self._policy = ClassPolicy(strict=strict)
         self._codecs_by_name: dict[str, Codec] = {}
         self._codecs_by_type: dict[type, Codec] = {}
+        self._encoders: dict[type, Callable[[Any], Any]] = {}
+        _SERIALIZERS.add(self)
         for cls in allowed_types:
             self.register(cls)
         for module in allowed_modules:
@@ -277,6 +292,7 @@ class MsgpackSerializer:
         include_subclasses: bool = False,
     ) -> None:
         """Store `cls` through `encode`/`decode` under `name`, for this serializer only."""
+        self._encoders.clear()
         _add_codec(
             self._codecs_by_name,
             self._codecs_by_type,
@@ -289,11 +305,14 @@ class MsgpackSerializer:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_packers"]  # per-thread Packers bound to this instance: never shared
+        del state["_encoders"]  # closures, rebuilt on use
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._packers = _PackerSlot()
+        self._encoders = {}
+        _SERIALIZERS.add(self)
 
     def _copy(self) -> MsgpackSerializer:
         new = MsgpackSerializer(codecs=self._codecs_by_name.values())
@@ -464,13 +483,24 @@ class MsgpackSerializer:
     # ---------------------------------------------------------------------- encoding
     def _default(self, obj: Any) -> Any:
         """Called by msgpack for everything it can't pack natively."""
-        encoder = EXACT_ENCODERS.get(type(obj))
-        if encoder is not None:
-            return encoder(obj)
-        codec = self._find_codec(type(obj))
+        cls = type(obj)
+        encoder = EXACT_ENCODERS.get(cls) or self._encoders.get(cls)
+        if encoder is None:
+            encoder = self._encoder_for(cls)
+        return encoder(obj)
+
+    def _encoder_for(self, cls: type) -> Callable[[Any], Any]:
+        """A codec's, or `records.encoder_for`: cached per class (bounded: classes made
+        at run time must not pile up), dropped when a codec is registered."""
+        codec = self._find_codec(cls)
         if codec is not None:
-            return [MARK[EXT_CODEC], codec.name, codec.encode(obj)]
-        return encode_object(obj, self._encodable)
+            encoder: Callable[[Any], Any] = partial(_encode_with_codec, codec)
+        else:
+            encoder = encoder_for(cls, self._encodable)
+        if len(self._encoders) >= _MAX_CACHED_ENCODERS:
+            self._encoders.clear()
+        self._encoders[cls] = encoder
+        return encoder
 
     def _find_codec(self, cls: type) -> Codec | None:
         codec = self._codecs_by_type.get(cls) or _GLOBAL_CODECS_BY_TYPE.get(cls)

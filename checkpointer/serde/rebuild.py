@@ -97,40 +97,75 @@ def store_attributes(obj: Any, items: Iterable[tuple[str, Any]]) -> None:
 
 # ---------------------------------------------------------------------- dataclasses
 
-_Plan = tuple[tuple[str, Any, Any], ...]
+_Field = tuple[str, Any, Any, Callable[[Any, Any], None] | None]
+_Plan = tuple[Callable[..., Any], tuple[_Field, ...]]
 _NO_DEFAULT: Final = dataclasses.MISSING
 
 
+def nearest_c_new(cls: type) -> Callable[..., Any]:
+    """The `__new__` that `bare_instance` calls, for callers that build many instances."""
+    new: Callable[..., Any] = _nearest_c(cls, "__new__")
+    return new
+
+
 def dataclass_plan(cls: type) -> _Plan:
-    """(name, default, default_factory) of each field: worked out once per class."""
-    return tuple((f.name, f.default, f.default_factory) for f in dataclasses.fields(cls))
+    """How to build instances of a dataclass, worked out once per class: its C-level
+    `__new__`, and per field its name, default, default factory and C slot setter (None:
+    the field goes into the instance dict)."""
+    fields = []
+    for f in dataclasses.fields(cls):
+        attribute = _class_attribute(cls, f.name)
+        setter = attribute.__set__ if isinstance(attribute, _C_DESCRIPTORS) else None
+        fields.append((f.name, f.default, f.default_factory, setter))
+    return nearest_c_new(cls), tuple(fields)
 
 
 def build_dataclass(cls: type, plan: _Plan, values: dict[str, Any]) -> Any:
     """A dataclass instance with the stored fields (and declared defaults for the missing
     ones); stored fields the class no longer has are dropped."""
-    obj = bare_instance(cls)
-    items = []
-    for name, default, factory in plan:
+    new, fields = plan
+    try:
+        obj = new(cls)
+    except Exception as exc:
+        raise CannotRebuild(f"{cls.__qualname__} cannot be made: {exc}") from None
+    namespace = _instance_dict(obj)
+    for name, default, factory, setter in fields:
         if name in values:
-            items.append((name, values[name]))
+            value = values[name]
         elif default is not _NO_DEFAULT:
-            items.append((name, default))
+            value = default
         elif factory is not _NO_DEFAULT:
-            items.append((name, factory()))
-    store_attributes(obj, items)
+            value = factory()
+        else:
+            continue
+        if setter is not None:
+            setter(obj, value)
+        elif namespace is not None:
+            namespace[name] = value
+        else:
+            raise CannotRebuild(f"{cls.__qualname__} has no place to store {name!r}")
     return obj
 
 
 # ------------------------------------------------------------------------ pydantic
 
 
-def build_pydantic(cls: Any, values: dict[str, Any], fields_set: set[str]) -> Any:
-    """A pydantic v2 model as its own unpickling makes one: `__dict__`, the fields set, the
-    extra and private values set directly; no validator or `model_post_init` runs."""
-    from pydantic_core import PydanticUndefined
+def _new_instance(cls: type, new: Callable[..., Any] | None) -> Any:
+    if new is None:
+        return bare_instance(cls)
+    try:
+        return new(cls)
+    except Exception as exc:
+        raise CannotRebuild(f"{cls.__qualname__} cannot be made: {exc}") from None
 
-    obj = bare_instance(cls)
+
+def build_pydantic(
+    cls: Any, values: dict[str, Any], fields_set: set[str], new: Callable[..., Any] | None = None
+) -> Any:
+    """A pydantic v2 model as its own unpickling makes one: `__dict__`, the fields set, the
+    extra and private values set directly; no validator or `model_post_init` runs. `new`:
+    the class's C-level `__new__` if the caller has it at hand (`nearest_c_new`)."""
+    obj = _new_instance(cls, new)
     fields = cls.__pydantic_fields__
     data: dict[str, Any] = {}
     for name, field in fields.items():
@@ -148,6 +183,8 @@ def build_pydantic(cls: Any, values: dict[str, Any], fields_set: set[str]) -> An
         private = None
         attributes = getattr(cls, "__private_attributes__", None) or {}
         if attributes:
+            from pydantic_core import PydanticUndefined
+
             private = {}
             for name, attribute in attributes.items():
                 default = attribute.get_default()
@@ -158,11 +195,13 @@ def build_pydantic(cls: Any, values: dict[str, Any], fields_set: set[str]) -> An
     return obj
 
 
-def build_pydantic_v1(cls: Any, values: dict[str, Any], fields_set: set[str]) -> Any:
+def build_pydantic_v1(
+    cls: Any, values: dict[str, Any], fields_set: set[str], new: Callable[..., Any] | None = None
+) -> Any:
     """A pydantic v1 model as `construct` makes one, minus any code of the class."""
     from pydantic.v1.fields import Undefined
 
-    obj = bare_instance(cls)
+    obj = _new_instance(cls, new)
     data: dict[str, Any] = {}
     for name, field in cls.__fields__.items():
         if name in values:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import _FIELD  # type: ignore[attr-defined]
 from enum import Enum
+from functools import partial
 from typing import Any, Final
 
 from checkpointer.errors import (
@@ -75,59 +76,75 @@ _AS_BASE: Final[dict[type, Callable[[Any], Any]]] = {
 methods (a subclass's `__str__` or `__iter__` could change what is stored)."""
 
 
-def encode_object(obj: Any, encodable: Callable[[Any], bool]) -> list[Any]:
-    """The record of an object named by its class (`encodable(value)` says whether an
-    exception attribute can be kept). Each class written is noted (`note_dumped`):
-    writing a class into state is trusting it, so this process reads it back."""
-    cls = type(obj)
-    if isinstance(obj, Enum):
+Encoder = Callable[[Any], Any]
+
+
+def encoder_for(cls: type, encodable: Callable[[Any], bool]) -> Encoder:
+    """How to write objects of `cls` as records, decided once per class (the serializer
+    caches it): the checks below depend on the class only. `encodable(value)` says whether
+    an exception attribute can be kept. The class is noted (`note_dumped`): writing a
+    class into state is trusting it, so this process reads it back. Unsupported classes
+    raise SerializationError naming them."""
+    module, qualname = cls.__module__, cls.__qualname__
+    mro = cls.__mro__
+    if Enum in mro:
         note_dumped(cls)
-        return [MARK[EXT_ENUM], cls.__module__, cls.__qualname__, obj.value]
-    if isinstance(obj, type):
-        return _encode_class_object(obj)
+        mark = MARK[EXT_ENUM]
+        return lambda o: [mark, module, qualname, o.value]
+    if type in mro:
+        return _encode_class_object
     base = pydantic_base()
-    if base is not None and isinstance(obj, base):
+    if base is not None and base in mro:
         note_dumped(cls)
-        values = dict(obj.__dict__)
-        extra = getattr(obj, "__pydantic_extra__", None)
-        if extra:
-            values.update(extra)
-        fields_set = sorted(getattr(obj, "model_fields_set", ()))
-        return [MARK[EXT_PYDANTIC], cls.__module__, cls.__qualname__, values, fields_set]
+        return partial(_encode_pydantic, [MARK[EXT_PYDANTIC], module, qualname])
     if defines(cls, "__dataclass_fields__"):
         note_dumped(cls)
-        values = {}
-        for name in _field_names(cls):
-            try:
-                values[name] = getattr(obj, name)
-            except AttributeError:  # an init=False field never set: nothing to keep
-                continue
-        return [MARK[EXT_DATACLASS], cls.__module__, cls.__qualname__, values]
-    if isinstance(obj, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make"):
+        return partial(_encode_dataclass, [MARK[EXT_DATACLASS], module, qualname], _fields(cls))
+    if tuple in mro and defines(cls, "_fields") and defines(cls, "_make"):
         note_dumped(cls)
-        return [MARK[EXT_NAMEDTUPLE], cls.__module__, cls.__qualname__, list(obj)]
-    if isinstance(obj, BaseException):
-        return encode_exception(obj, encodable)
+        mark = MARK[EXT_NAMEDTUPLE]
+        return lambda o: [mark, module, qualname, list(o)]
+    if BaseException in mro:
+        return partial(encode_exception, encodable=encodable)
     base = pydantic_v1_base()
-    if base is not None and isinstance(obj, base):
+    if base is not None and base in mro:
         note_dumped(cls)
-        fields_set = sorted(getattr(obj, "__fields_set__", ()))
-        return [
-            MARK[EXT_PYDANTIC_V1],
-            cls.__module__,
-            cls.__qualname__,
-            dict(obj.__dict__),
-            fields_set,
+        mark = MARK[EXT_PYDANTIC_V1]
+        return lambda o: [
+            mark,
+            module,
+            qualname,
+            dict(o.__dict__),
+            sorted(getattr(o, "__fields_set__", ())),
         ]
-    for klass in cls.__mro__:
+    for klass in mro:
         if klass in _SUBCLASS_BASE_SET:
-            return _encode_builtin_subclass(obj, klass)
+            note_dumped(cls)
+            return partial(_encode_builtin_subclass, klass)
     raise SerializationError(
         f"cannot serialize object of type {qualified(cls)}: no msgpack representation "
         "(supported: builtin containers and scalars and their subclasses, datetime "
         "types, UUID, Decimal, paths, enums, dataclasses, pydantic models, named tuples, "
         "exceptions; other types need serializer.register_codec(...))"
     )
+
+
+def _encode_pydantic(head: list[Any], obj: Any) -> list[Any]:
+    values = dict(obj.__dict__)
+    extra = getattr(obj, "__pydantic_extra__", None)
+    if extra:
+        values.update(extra)
+    return [*head, values, sorted(getattr(obj, "__pydantic_fields_set__", ()))]
+
+
+def _encode_dataclass(head: list[Any], names: tuple[str, ...], obj: Any) -> list[Any]:
+    values = {}
+    for name in names:
+        try:
+            values[name] = getattr(obj, name)
+        except AttributeError:  # an init=False field never set: nothing to keep
+            continue
+    return [*head, values]
 
 
 def encode_exception(exc: BaseException, encodable: Callable[[Any], bool]) -> list[Any]:
@@ -262,9 +279,9 @@ def _decode_builtin_subclass(
         return value
 
 
-def _field_names(cls: type) -> list[str]:
+def _fields(cls: type) -> tuple[str, ...]:
     fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
-    return [f.name for f in fields.values() if f._field_type is _FIELD]
+    return tuple(f.name for f in fields.values() if f._field_type is _FIELD)
 
 
 def _encode_class_object(cls: type) -> list[Any]:
@@ -277,11 +294,10 @@ def _encode_class_object(cls: type) -> list[Any]:
     return [MARK[EXT_TYPE], cls.__module__, cls.__qualname__]
 
 
-def _encode_builtin_subclass(obj: Any, base: type) -> list[Any]:
+def _encode_builtin_subclass(base: type, obj: Any) -> list[Any]:
     """A subclass of a builtin type (langchain-core's `TextAccessor(str)`, numpy's
     `float64`): its class, the builtin value, and its attributes if it has any."""
     cls = type(obj)
-    note_dumped(cls)
     record = [MARK[EXT_SUBCLASS], cls.__module__, cls.__qualname__, base.__name__]
     record.append(_AS_BASE[base](obj))
     try:
