@@ -96,6 +96,56 @@ class CorruptValueError(DeserializationError):
         super().__init__(f"corrupt stored value ({', '.join(parts)}): {reason}")
 
 
+class TypeNotAllowedError(UnregisteredTypeError, CorruptValueError):
+    """The loading policy refused a class that stored data names: nothing is damaged, the
+    class is just not one this serializer may rebuild (see the README, "Serializer").
+
+    The message names the class and the exact setting that allows it. `type_name` is the
+    stored `module.qualname` (or the codec name), `remedy` that sentence. Raised by the
+    serializer without a location; savers raise it again with the value's location
+    (`at(...)`). It subclasses `UnregisteredTypeError` and, for callers that catch what the
+    savers raised before this error existed, `CorruptValueError`: `reason` is the message
+    without the location, but the message itself never says "corrupt".
+    """
+
+    def __init__(self, type_name: str, why: str, remedy: str, **where: str | None) -> None:
+        self.type_name = type_name
+        self.why = why
+        self.remedy = remedy
+        reason = f"refusing to load {type_name}: {why}. {remedy}"
+        CorruptValueError.__init__(self, reason, **where)
+        self.reason = reason
+        located = [
+            f"{name}={value!r}"
+            for name, value in (
+                ("thread_id", self.thread_id),
+                ("checkpoint_ns", self.checkpoint_ns),
+                ("checkpoint_id", self.checkpoint_id),
+                ("channel", self.channel),
+                ("task_id", self.task_id),
+                ("version", self.version),
+            )
+            if value is not None
+        ]
+        where_text = f" (stored at {', '.join(located)})" if located else ""
+        self.args = (f"refusing to load {type_name}{where_text}: {why}. {remedy}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def at(self, **where: str | None) -> TypeNotAllowedError:
+        """The same refusal, naming where the value is stored (already located ones keep
+        their location)."""
+        if any(
+            getattr(self, name) is not None
+            for name in ("thread_id", "checkpoint_id", "channel", "task_id")
+        ):
+            return self
+        located = TypeNotAllowedError(self.type_name, self.why, self.remedy, **where)
+        located.__cause__ = self.__cause__
+        return located
+
+
 class DecryptionError(DeserializationError):
     """An encrypted value could not be decrypted: unknown key id, wrong key, tampered
     bytes, or a value moved to another location than the one it was encrypted for."""
@@ -195,3 +245,50 @@ class StorageFullError(CheckpointerError):
 class IdTooLongError(ConfigError):
     """An id is longer than `checkpointer.types.MAX_ID_BYTES` bytes of UTF-8: the most
     every backend can index with the composite keys ids take part in."""
+
+
+class StoredException(Exception):
+    """Stands in for a stored exception whose class this process cannot rebuild: its module
+    is not imported, the class cannot be made without running its own code (pydantic's
+    `ValidationError`), or a strict serializer does not allow it.
+
+    A task's error is a record of what went wrong; a thread must stay readable when that
+    record cannot be turned back into the original class. `module`, `qualname`, `args`
+    and `state` (the original's attributes) are kept, `repr()` reads like the original's,
+    and storing a stand-in again writes the original's record, not this class.
+    """
+
+    def __init__(
+        self,
+        module: str,
+        qualname: str,
+        args: tuple[object, ...] = (),
+        state: dict[str, object] | None = None,
+        text: str | None = None,
+    ) -> None:
+        super().__init__(*args)
+        self.module = module
+        self.qualname = qualname
+        self.state = dict(state or {})
+        self.text = text
+
+    @property
+    def name(self) -> str:
+        """The original class's own name (`ValidationError`)."""
+        return self.qualname.rsplit(".", 1)[-1]
+
+    def __repr__(self) -> str:
+        if self.text is not None:
+            return self.text
+        return f"{self.name}({', '.join(map(repr, self.args))})"
+
+    def __str__(self) -> str:
+        if self.text is not None and not self.args:
+            return self.text
+        return super().__str__()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            StoredException,
+            (self.module, self.qualname, self.args, self.state, self.text),
+        )

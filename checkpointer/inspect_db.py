@@ -70,10 +70,11 @@ def mask_url(url: str) -> str:
 
 
 def tool_serializer(modules: Sequence[str] = (), types: Sequence[type] = ()) -> MsgpackSerializer:
-    """Our serializer plus the modules and types the user allowed (LangGraph's value types
-    are added by `Database.load` when a value needs them: importing LangGraph costs a
-    second, and most commands never load a LangChain message)."""
-    return MsgpackSerializer().with_modules(*modules).with_types(*types)
+    """Our serializer, strict, plus the modules and types the user allowed (LangGraph's
+    value types are added by `Database.load` when a value needs them: importing LangGraph
+    costs a second, and most commands never load a LangChain message). Strict: a tool
+    shows the classes it was told about, whatever else its own process has loaded."""
+    return MsgpackSerializer(strict=True).with_modules(*modules).with_types(*types)
 
 
 def with_langgraph_types(serde: MsgpackSerializer) -> MsgpackSerializer | None:

@@ -10,16 +10,21 @@ Needs the `langgraph` extra. The rest of the package never imports this module.
 
 Every saver serves both `invoke` and `ainvoke`. Values LangGraph stores (LangChain messages,
 `Send`, `Interrupt`, `Command`, `Overwrite`, delta snapshots) round-trip exactly; your own
-state classes are loadable because LangGraph hands the adapter an allowlist of the types in
-your graph's schema when it compiles (`with_allowlist`), and you can add more with
-`LangGraphSaver(saver, allowed_types=[...], allowed_modules=[...])`.
+state classes (dataclasses, pydantic models, enums, named tuples of your application's
+modules) and any exception load with no configuration, without running their code (see
+`checkpointer.serde.classes`). Classes of installed packages need
+`LangGraphSaver(saver, allowed_types=[...], allowed_modules=[...])`, or LangGraph's schema
+allowlist (`with_allowlist`, handed over when LANGGRAPH_STRICT_MSGPACK=true).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
 import sys
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver as LangGraphBaseSaver
@@ -33,7 +38,9 @@ from langgraph.types import Interrupt, Send
 from langgraph.types import Overwrite as LangGraphOverwrite
 
 from checkpointer.channels.markers import DeltaSnapshot, Overwrite
+from checkpointer.errors import DeserializationError
 from checkpointer.savers.base import BaseCheckpointSaver
+from checkpointer.serde.classes import find_loaded, registered_named
 from checkpointer.serde.msgpack_serde import MsgpackSerializer, register_codec
 from checkpointer.types import CheckpointTuple, DeltaChannelHistory, PendingWrite
 
@@ -51,7 +58,17 @@ def _encode_send(send: Send) -> list[Any]:
 
 
 def _decode_send(payload: Any) -> Send:
+    """A `Send` from plain data only: a node name, its argument, a timeout given as a
+    number, a timedelta or LangGraph's own `TimeoutPolicy` (rebuilt as plain data)."""
+    if type(payload) is not list or len(payload) != 3:
+        raise DeserializationError("malformed langgraph.Send payload")
     node, arg, timeout = payload
+    timeout_ok = timeout is None or type(timeout) in (int, float, timedelta)
+    if not timeout_ok:
+        policy = getattr(sys.modules.get("langgraph.types"), "TimeoutPolicy", None)
+        timeout_ok = isinstance(policy, type) and type(timeout) is policy
+    if type(node) is not str or not timeout_ok:
+        raise DeserializationError("malformed langgraph.Send payload")
     return Send(node, arg, timeout=timeout)
 
 
@@ -61,12 +78,26 @@ def _encode_interrupt(interrupt: Interrupt) -> list[Any]:
 
 
 def _decode_interrupt(payload: Any) -> Interrupt:
+    """An `Interrupt` from plain data only: its value, a string id, a JSON schema dict."""
+    if type(payload) is not list or len(payload) != 3:
+        raise DeserializationError("malformed langgraph.Interrupt payload")
     value, interrupt_id, schema = payload
+    if type(interrupt_id) is not str or not (schema is None or type(schema) is dict):
+        raise DeserializationError("malformed langgraph.Interrupt payload")
     return Interrupt(value=value, id=interrupt_id, response_schema=schema)
 
 
 register_codec("langgraph.Send", Send, _encode_send, _decode_send)
 register_codec("langgraph.Interrupt", Interrupt, _encode_interrupt, _decode_interrupt)
+
+
+def _import_value_modules() -> None:
+    """Import the modules of `LANGGRAPH_MODULES`: loading finds classes among the modules
+    already imported (stored bytes never import), and a tool reading a database may not
+    have imported `langchain_core.documents` itself."""
+    for name in LANGGRAPH_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def langgraph_serializer(
@@ -76,20 +107,27 @@ def langgraph_serializer(
     allowed_modules: Sequence[str] = (),
 ) -> MsgpackSerializer:
     """Our serializer, able to load what LangGraph stores plus the given types."""
+    _import_value_modules()
     serde = base if base is not None else MsgpackSerializer()
     return serde.with_modules(*LANGGRAPH_MODULES, *allowed_modules).with_types(*allowed_types)
 
 
-def _extend(serde: Any, classes: Sequence[type], modules: Sequence[str]) -> Any:
+def _extend(
+    serde: Any,
+    classes: Sequence[type],
+    modules: Sequence[str],
+    names: Collection[tuple[str, str]] = (),
+) -> Any:
     """`serde` allowing more types, keeping its wrappers (compression, encryption, size
     guard: each has an `inner` serializer) around the msgpack serializer at the core."""
     if isinstance(serde, MsgpackSerializer):
-        return serde.with_modules(*modules).with_types(*classes)
+        extended = serde.with_modules(*modules).with_types(*classes)
+        return extended.with_allowlist(names) if names else extended
     inner = getattr(serde, "inner", None)
     if inner is None:
         return serde  # a serializer of the user's own: its allowlist is theirs to manage
     clone = copy.copy(serde)
-    clone.inner = _extend(inner, classes, modules)
+    clone.inner = _extend(inner, classes, modules, names)
     return clone
 
 
@@ -199,14 +237,27 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         saver.serde = serde
         self.saver = saver
 
-    # LangGraph calls this when it compiles a graph, with (module, name) of its state types.
+    # LangGraph calls this when it compiles a graph with LANGGRAPH_STRICT_MSGPACK=true,
+    # with (module, name) of the types in its state schema.
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> LangGraphSaver:
-        classes = [cls for cls in map(_loaded_class, extra_allowlist) if cls is not None]
-        if not classes:
+        """A saver that also loads the classes LangGraph lists. Each entry allows the class
+        of that module whose own name matches, found loaded by its exact name or (a class
+        defined in a function) in the classes this process wrote or registered; nothing is
+        imported. Our default policy already loads the application's own classes, so this
+        matters for strict serializers and for classes of installed packages."""
+        names = {
+            (entry[0], entry[-1])
+            for entry in extra_allowlist
+            if isinstance(entry, tuple)
+            and len(entry) >= 2
+            and all(isinstance(part, str) for part in entry)
+        }
+        if not names:
             return self
+        classes = [cls for cls in map(_loaded_class, sorted(names)) if cls is not None]
         clone = copy.copy(self)
         clone.saver = copy.copy(self.saver)
-        clone.saver.serde = _extend(self.saver.serde, classes, ())
+        clone.saver.serde = _extend(self.saver.serde, classes, (), names)
         clone.serde = clone.saver.serde
         return clone
 
@@ -333,12 +384,14 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         )
 
 
-def _loaded_class(entry: tuple[str, ...]) -> type | None:
-    """The class an allowlist entry names, if its module is already loaded (never imports)."""
-    if len(entry) < 2:
-        return None
-    module = sys.modules.get(entry[0])
-    obj: Any = module
-    for part in entry[1:]:
-        obj = getattr(obj, part, None)
-    return obj if isinstance(obj, type) else None
+def _loaded_class(entry: tuple[str, str]) -> type | None:
+    """The class a `(module, name)` allowlist entry names: the module's own top-level class
+    of that name if the module is loaded, else the one class of that module and name this
+    process wrote or registered. Never imports, never follows an attribute into another
+    module (a class the module merely imported does not count)."""
+    module, name = entry
+    found = find_loaded(module, name)
+    if found is not None:
+        return found
+    candidates = registered_named(module, name)
+    return candidates[0] if len(candidates) == 1 else None

@@ -247,20 +247,45 @@ def test_several_pending_interrupts_need_a_resume_map() -> None:
     assert out["log"] == ["p=1", "q=2"]
 
 
-def test_unserializable_error_class_is_stored_as_runtime_error() -> None:
+def test_a_task_error_is_stored_as_itself_or_a_stand_in() -> None:
+    """Errors always load back (the class's own, or a `StoredException` standing in for a
+    class a strict serializer does not allow), so a task's error never blocks a resume."""
+    from checkpointer.errors import StoredException
+    from checkpointer.serde import MsgpackSerializer
+
     def fail(state: dict[str, Any]) -> dict[str, Any]:
         raise Boom("kaput")
 
     builder = StateGraph(State)
     builder.add_node("fail", fail)
     builder.add_edge(START, "fail")
+    for serde, expected in ((None, Boom), (MsgpackSerializer(strict=True), StoredException)):
+        app = builder.compile(checkpointer=InMemorySaver(serde=serde))
+        config = thread()
+        with pytest.raises(Boom):
+            app.invoke({"value": 0}, config)
+        [task] = app.get_state(config).tasks
+        assert type(task.error) is expected
+        assert repr(task.error) == "Boom('kaput')"
+
+
+def test_an_error_that_cannot_be_stored_is_stored_as_runtime_error() -> None:
+    class Unstorable(Exception):
+        pass
+
+    def fail(state: dict[str, Any]) -> dict[str, Any]:
+        raise Unstorable(object())
+
+    builder = StateGraph(State)
+    builder.add_node("fail", fail)
+    builder.add_edge(START, "fail")
     app = builder.compile(checkpointer=InMemorySaver())
     config = thread()
-    with pytest.raises(Boom):
+    with pytest.raises(Unstorable):
         app.invoke({"value": 0}, config)
     [task] = app.get_state(config).tasks
     assert isinstance(task.error, RuntimeError)
-    assert "Boom: kaput" in str(task.error)
+    assert "Unstorable: <object object" in str(task.error)
 
 
 def test_stream_modes() -> None:

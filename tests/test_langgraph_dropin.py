@@ -22,6 +22,7 @@ from langgraph.types import Overwrite as LangGraphOverwrite
 
 from checkpointer.errors import UnregisteredTypeError
 from checkpointer.langgraph import LangGraphSaver, langgraph_serializer
+from checkpointer.serde import MsgpackSerializer
 from tests.conftest import (
     PG_KINDS,
     SAVER_KINDS,
@@ -120,11 +121,13 @@ def test_unlisted_classes_are_refused_until_allowed() -> None:
     Secret.__module__ = __name__
     Secret.__qualname__ = "Secret"
     globals()["Secret"] = Secret
-    serde = langgraph_serializer()
+    strict = MsgpackSerializer(strict=True)
+    serde = langgraph_serializer(strict)
     data = serde.dumps_typed(Secret(1))
     with pytest.raises(UnregisteredTypeError, match="Secret"):
         serde.loads_typed(data)
-    assert langgraph_serializer(allowed_types=[Secret]).loads_typed(data) == Secret(1)
+    assert langgraph_serializer(strict, allowed_types=[Secret]).loads_typed(data) == Secret(1)
+    assert langgraph_serializer().loads_typed(data) == Secret(1)  # an app class: by default
 
 
 def test_with_allowlist_admits_state_types_without_importing() -> None:

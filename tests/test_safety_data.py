@@ -32,7 +32,7 @@ from checkpointer.savers.memory import InMemorySaver
 from checkpointer.savers.postgres import PostgresSaver
 from checkpointer.savers.sql import core
 from checkpointer.savers.sqlite import SqliteSaver
-from checkpointer.serde import compression
+from checkpointer.serde import frames
 from checkpointer.types import Checkpoint, RunnableConfig, empty_checkpoint, make_config
 from tests.conftest import PG_URL, Harness, require_postgres
 
@@ -303,7 +303,7 @@ async def test_a_value_over_the_decompression_bound_reads_back(
 ) -> None:
     """A compressible value bigger than what reads decompress is stored uncompressed
     (here with the bound lowered to 1 MiB; the default is 256 MiB)."""
-    monkeypatch.setattr(compression, "DEFAULT_MAX_DECOMPRESSED_SIZE", 1024 * 1024)
+    monkeypatch.setattr(frames, "DEFAULT_MAX_DECOMPRESSED_SIZE", 1024 * 1024)
     big = "a" * (3 * 1024 * 1024)
     cp = _checkpoint(0, {"v": big, "w": "b" * 5000})
     config = await harness.put(make_config("big"), cp, {}, dict(cp["channel_versions"]))

@@ -33,7 +33,7 @@ from checkpointer.errors import CheckpointerError
 from checkpointer.ids import new_checkpoint_id
 from checkpointer.lifecycle import KeepLast
 from checkpointer.savers.sql import core
-from checkpointer.serde import compression
+from checkpointer.serde import frames
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import (
     ASYNC_KINDS,
@@ -313,7 +313,7 @@ def test_hostile_call_sequences_end_typed_and_lose_nothing(
 ) -> None:
     kind, saver, runner = live_saver
     monkeypatch.setattr(core, "MAX_STORED_VALUE_BYTES", SMALL_LIMIT)
-    monkeypatch.setattr(compression, "DEFAULT_MAX_DECOMPRESSED_SIZE", SMALL_LIMIT)
+    monkeypatch.setattr(frames, "DEFAULT_MAX_DECOMPRESSED_SIZE", SMALL_LIMIT)
 
     @example_settings(15)
     @given(st.lists(op, min_size=10, max_size=40))

@@ -32,11 +32,12 @@ from hypothesis import strategies as st
 
 from checkpointer.errors import DeserializationError
 from checkpointer.serde import MsgpackSerializer
+from checkpointer.serde import fast_path as fp
 from checkpointer.serde import msgpack_serde as ms
 from tests.test_fuzz import example_settings
 from tests.test_serde import HERE, assert_same, values
 
-pytestmark = pytest.mark.skipif(ms._plain_unpackb is None, reason="ormsgpack is not installed")
+pytestmark = pytest.mark.skipif(fp._plain_unpackb is None, reason="ormsgpack is not installed")
 
 PROPERTY = example_settings(300)
 
@@ -44,7 +45,7 @@ SER = MsgpackSerializer(allowed_modules=[HERE])
 
 Typed = tuple[str, bytes]
 
-WORTH_TRYING = ms._worth_trying
+WORTH_TRYING = fp._worth_trying
 PLAIN_MIN_SIZE = ms._PLAIN_MIN_SIZE
 
 
@@ -53,7 +54,7 @@ def _try_every_value() -> Iterator[None]:
     """ormsgpack gets every value, however small or shaped, so that it is compared on all."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ms, "_PLAIN_MIN_SIZE", 0)
-        patch.setattr(ms, "_worth_trying", lambda raw: True)
+        patch.setattr(fp, "_worth_trying", lambda raw: True)
         yield
 
 
@@ -63,12 +64,12 @@ def _try_every_value() -> Iterator[None]:
 @contextmanager
 def msgpack_python_only() -> Iterator[None]:
     """The serializer as it is without ormsgpack installed."""
-    saved = ms._plain_unpackb
-    ms._plain_unpackb = None
+    saved = fp._plain_unpackb
+    fp._plain_unpackb = None
     try:
         yield
     finally:
-        ms._plain_unpackb = saved
+        fp._plain_unpackb = saved
 
 
 def outcome(load: Callable[[Typed], Any], data: Typed) -> tuple[str, Any]:
@@ -200,7 +201,7 @@ def test_stored_values_load_the_same_on_both_paths(value: Any) -> None:
     assert_same(fast[1], value)
     assert_same_outcome(*both_paths(SER.fast_loader, data))
     if data[0] == "msgpack" and is_plain(value):
-        assert ms._load_plain(data[1]) is not ms._NOT_PLAIN  # the fast path was taken
+        assert fp._load_plain(data[1]) is not fp._NOT_PLAIN  # the fast path was taken
 
 
 # ------------------------------------------------------------------ arbitrary bytes
@@ -420,7 +421,7 @@ def test_known_differences_are_caught(raw: bytes) -> None:
     ],
 )
 def test_what_the_fast_path_takes(name: str, plain: bool) -> None:
-    assert (ms._load_plain(DIFFERENCES[name]) is not ms._NOT_PLAIN) is plain
+    assert (fp._load_plain(DIFFERENCES[name]) is not fp._NOT_PLAIN) is plain
 
 
 # ------------------------------------------------------------ the end-of-object check
@@ -429,35 +430,35 @@ def test_what_the_fast_path_takes(name: str, plain: bool) -> None:
 def test_end_check_reuses_only_an_emptied_unpacker() -> None:
     """The thread's Unpacker goes back to its slot only with an empty buffer: a check that
     stopped early (extra data, truncated input) must not leave bytes for the next one."""
-    state = ms._SKIP_SLOT.state
-    assert ms._is_one_object(b"\x92\x01\x02")
+    state = fp._SKIP_SLOT.state
+    assert fp._is_one_object(b"\x92\x01\x02")
     reused = state[0]
     assert reused is not None and reused.tell() == state[1]
-    assert ms._is_one_object(b"\xa1a")
+    assert fp._is_one_object(b"\xa1a")
     assert state[0] is reused
-    assert not ms._is_one_object(b"\x05\x06")
+    assert not fp._is_one_object(b"\x05\x06")
     assert state[0] is None
-    assert ms._is_one_object(b"\x07")
+    assert fp._is_one_object(b"\x07")
     with pytest.raises(msgpack.OutOfData):
-        ms._is_one_object(b"\x92\x01")
+        fp._is_one_object(b"\x92\x01")
     assert state[0] is None
     # With b"\x92\x01" still buffered, the skip would take b"\x92\x01\x02": 3 bytes, "True".
-    assert not ms._is_one_object(b"\x02\x03\x04")
-    assert ms._is_one_object(b"\x92\x01\x02")
+    assert not fp._is_one_object(b"\x02\x03\x04")
+    assert fp._is_one_object(b"\x92\x01\x02")
 
 
 def test_end_check_of_large_values() -> None:
     big = _pack(["x" * 1000] * 100)
-    assert len(big) > ms._REUSED_SKIP_LIMIT
-    assert ms._is_one_object(b"\x01")
-    small_one = ms._SKIP_SLOT.state[0]
-    assert ms._is_one_object(big)
-    assert ms._SKIP_SLOT.state[0] is small_one  # a big buffer is not kept for the thread
-    assert not ms._is_one_object(big + b"\xc0")
+    assert len(big) > fp._REUSED_SKIP_LIMIT
+    assert fp._is_one_object(b"\x01")
+    small_one = fp._SKIP_SLOT.state[0]
+    assert fp._is_one_object(big)
+    assert fp._SKIP_SLOT.state[0] is small_one  # a big buffer is not kept for the thread
+    assert not fp._is_one_object(big + b"\xc0")
     with pytest.raises(msgpack.OutOfData):
-        ms._is_one_object(big[:-1])
-    assert ms._load_plain(big + b"\xc0") is ms._NOT_PLAIN
-    assert ms._load_plain(big) == ["x" * 1000] * 100
+        fp._is_one_object(big[:-1])
+    assert fp._load_plain(big + b"\xc0") is fp._NOT_PLAIN
+    assert fp._load_plain(big) == ["x" * 1000] * 100
 
 
 def test_threads_load_their_own_values() -> None:
@@ -490,7 +491,7 @@ def test_fast_loader_and_loads_typed_without_ormsgpack() -> None:
         data = SER.dumps_typed(value)
         assert_same(SER.loads_typed(data), value)
         assert_same(SER.fast_loader()(data), value)
-        assert ms._load_plain(SER.dumps_typed([1])[1]) is ms._NOT_PLAIN
+        assert fp._load_plain(SER.dumps_typed([1])[1]) is fp._NOT_PLAIN
         with pytest.raises(DeserializationError, match="extra data"):
             SER.loads_typed(("msgpack", b"\x01\x02"))
 
@@ -498,8 +499,8 @@ def test_fast_loader_and_loads_typed_without_ormsgpack() -> None:
 def test_module_works_when_ormsgpack_cannot_be_imported() -> None:
     script = (
         "import sys; sys.modules['ormsgpack'] = None\n"
-        "from checkpointer.serde import msgpack_serde as ms\n"
-        "assert ms._plain_unpackb is None\n"
+        "from checkpointer.serde import fast_path as fp, msgpack_serde as ms\n"
+        "assert fp._plain_unpackb is None\n"
         "s = ms.MsgpackSerializer()\n"
         "value = {'a': [1, 2.5, 'x', b'y', None, True], 'b': (1, {2: 3})}\n"
         "assert s.loads_typed(s.dumps_typed(value)) == value\n"
@@ -541,7 +542,7 @@ def test_large_plain_values_take_the_fast_path() -> None:
     data = SER.dumps_typed({"messages": _MESSAGES, "turn": 3})
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ms, "_PLAIN_MIN_SIZE", PLAIN_MIN_SIZE)
-        patch.setattr(ms, "_worth_trying", WORTH_TRYING)
-        assert ms._load_plain(data[1]) == {"messages": _MESSAGES, "turn": 3}
+        patch.setattr(fp, "_worth_trying", WORTH_TRYING)
+        assert fp._load_plain(data[1]) == {"messages": _MESSAGES, "turn": 3}
         assert_identical(SER.loads_typed(data), {"messages": _MESSAGES, "turn": 3})
         assert_identical(SER.fast_loader()(data), {"messages": _MESSAGES, "turn": 3})

@@ -3,6 +3,7 @@ one-line error a user sees instead of a traceback."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -252,7 +253,7 @@ def graph_options(f: F) -> F:
         "allow_modules",
         multiple=True,
         metavar="MODULE",
-        help="Let stored values name classes of this module (repeatable).",
+        help="Import this module and let stored values name its classes (repeatable).",
     )(f)
     f = click.option(
         "--graph",
@@ -292,6 +293,17 @@ def open_database(
         yield db
 
 
+def import_allowed_module(name: str) -> None:
+    """Import an `--allow-module` module (from the working directory too), so that its
+    classes exist to be matched: stored values never cause an import themselves."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        raise CliError(f"--allow-module {name!r}: cannot import it: {exc}") from exc
+
+
 @contextmanager
 def open_read(
     url: str | None, schema: str | None, *, modules: Sequence[str] = ()
@@ -311,6 +323,8 @@ def open_with_graph(
     """The database (read-only) plus the channels of `--graph` (whose module's classes may
     load)."""
     graph = load_graph(graph_ref) if graph_ref else None
+    for name in allow_modules:  # the serializer never imports: the command line does
+        import_allowed_module(name)
     modules = [*allow_modules, *(graph.modules if graph else ())]
     with open_read(url, schema, modules=modules) as reader:
         yield reader, graph

@@ -27,82 +27,38 @@ from checkpointer.errors import (
     DecryptionError,
     DeserializationError,
     SerializationError,
+    TypeNotAllowedError,
 )
 from checkpointer.serde.base import Serializer
+from checkpointer.serde.frames import (
+    DEFAULT_LEVEL,
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
+    ZSTD_SUFFIX,
+    compress,
+    decompress,
+    decompress_typed,
+    is_compressed,
+    limit_of,
+)
+from checkpointer.serde.frames import zstd_module as _zstd
+from checkpointer.serde.msgpack_serde import default_serializer
 
-ZSTD_SUFFIX = "+zstd"
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "DEFAULT_THRESHOLD",
+    "ZSTD_SUFFIX",
+    "CompressingSerializer",
+    "compress",
+    "database_default_serializer",
+    "decompress",
+    "decompress_typed",
+    "fast_loader_of",
+    "is_compressed",
+    "load_typed",
+]
+
 DEFAULT_THRESHOLD = 1024
-DEFAULT_LEVEL = 3
-DEFAULT_MAX_DECOMPRESSED_SIZE = 256 * 1024 * 1024
-"""Upper bound on one decompressed value (256 MiB): larger frames are refused on reading,
-and never written (such a value is stored uncompressed). Read when used, not imported."""
-
-
-def _limit(max_size: int | None) -> int:
-    return DEFAULT_MAX_DECOMPRESSED_SIZE if max_size is None else max_size
-
-
-def _zstd() -> Any:
-    try:
-        import zstandard
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "zstd compression needs the 'zstandard' package: pip install zstandard"
-        ) from exc
-    return zstandard
-
-
-def compress(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
-    """One zstd frame that records its content size and a checksum (so truncation and
-    corruption are detected on the way back)."""
-    zstd = _zstd()
-    return bytes(
-        zstd.ZstdCompressor(level=level, write_content_size=True, write_checksum=True).compress(
-            data
-        )
-    )
-
-
-def decompress(data: bytes, max_size: int | None = None) -> bytes:
-    """Inverse of `compress`; refuses frames without a declared size or above `max_size`
-    (None: `DEFAULT_MAX_DECOMPRESSED_SIZE`)."""
-    max_size = _limit(max_size)
-    zstd = _zstd()
-    try:
-        size = zstd.frame_content_size(data)
-    except zstd.ZstdError as exc:
-        raise DeserializationError(f"corrupt zstd frame: {exc}") from exc
-    if size < 0:
-        raise DeserializationError("corrupt zstd frame: it does not declare its content size")
-    if size > max_size:
-        raise DeserializationError(
-            f"compressed value would expand to {size} bytes, over the {max_size}-byte limit"
-        )
-    try:
-        out = zstd.ZstdDecompressor().decompress(data, max_output_size=max(size, 1))
-    except zstd.ZstdError as exc:
-        raise DeserializationError(f"corrupt or truncated zstd frame: {exc}") from exc
-    if len(out) != size:
-        raise DeserializationError(
-            f"corrupt zstd frame: declared {size} bytes, decompressed {len(out)}"
-        )
-    return bytes(out)
-
-
-def is_compressed(tag: str) -> bool:
-    return isinstance(tag, str) and tag.endswith(ZSTD_SUFFIX)
-
-
-def decompress_typed(data: tuple[str, bytes], max_size: int | None = None) -> tuple[str, bytes]:
-    """A stored `(tag, bytes)` pair with any compression undone; other pairs unchanged."""
-    if not isinstance(data, tuple) or len(data) != 2:
-        return data
-    tag, raw = data
-    if not is_compressed(tag):
-        return data
-    if not isinstance(raw, bytes | bytearray | memoryview):
-        raise DeserializationError(f"expected bytes for tag {tag!r}, got {type(raw).__name__}")
-    return tag[: -len(ZSTD_SUFFIX)], decompress(bytes(raw), max_size)
 
 
 def load_typed(serde: Serializer, data: tuple[str, bytes], **where: str | None) -> Any:
@@ -114,6 +70,8 @@ def load_typed(serde: Serializer, data: tuple[str, bytes], **where: str | None) 
     """
     try:
         return serde.loads_typed(decompress_typed(data))
+    except TypeNotAllowedError as exc:
+        raise (exc.at(**where) if where else exc) from exc.__cause__
     except (CorruptValueError, DecryptionError):
         raise  # already located, or a key problem rather than damage: keep its type
     except DeserializationError as exc:
@@ -150,8 +108,6 @@ class CompressingSerializer:
         max_decompressed_size: int | None = None,
     ) -> None:
         if inner is None:
-            from checkpointer.serde.msgpack_serde import default_serializer
-
             inner = default_serializer()
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
             raise ValueError(f"threshold must be an int >= 0, got {threshold!r}")
@@ -181,7 +137,7 @@ class CompressingSerializer:
         # Savers read every value through `decompress_typed` with the default bound, and
         # this serializer with its own: a frame over either could be written but never
         # read, so such a value is stored as it is.
-        if len(data) > min(_limit(self.max_decompressed_size), _limit(None)):
+        if len(data) > min(limit_of(self.max_decompressed_size), limit_of(None)):
             return tag, data
         try:
             packed = compress(data, self.level)
@@ -208,7 +164,5 @@ def database_default_serializer() -> CompressingSerializer:
     """
     global _STORED_DEFAULT
     if _STORED_DEFAULT is None:
-        from checkpointer.serde.msgpack_serde import default_serializer
-
         _STORED_DEFAULT = CompressingSerializer(default_serializer())
     return _STORED_DEFAULT

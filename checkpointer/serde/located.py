@@ -53,6 +53,7 @@ from checkpointer.errors import (
     DecryptionError,
     DeserializationError,
     PlaintextRefusedError,
+    TypeNotAllowedError,
 )
 from checkpointer.serde.base import Serializer
 from checkpointer.serde.compression import decompress_typed, fast_loader_of, load_typed
@@ -220,6 +221,8 @@ def load_at(
         return load_typed(serde, data, **where)
     try:
         return loads_at(serde, data, location)
+    except TypeNotAllowedError as exc:
+        raise exc.at(**where) from exc.__cause__
     except (CorruptValueError, PlaintextRefusedError):
         raise
     except DecryptionError as exc:
@@ -271,6 +274,8 @@ def relocate(
         if method is not None:
             return method(data, source, target)
         value = loads_at(serde, data, source)
+    except TypeNotAllowedError as exc:
+        raise exc.at(**source.where()) from exc.__cause__
     except (CorruptValueError, PlaintextRefusedError):
         raise
     except DecryptionError as exc:
