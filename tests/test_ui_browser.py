@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from checkpointer.ui.data import DatabaseSource
+from checkpointer.ui.data import ReaderSource
 from checkpointer.ui.server import Bound, serving_in_thread
 from tests.ui_support import (
     ARTIFACTS,
@@ -58,7 +58,7 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def served(
     demo_master: tuple[Path, str], tmp_path: Path
-) -> Iterator[tuple[Bound, DatabaseSource, str]]:
+) -> Iterator[tuple[Bound, ReaderSource, str]]:
     """The viewer on a private copy of the demo database, on a free loopback port."""
     path = copy_db(demo_master[0], tmp_path / "demo.db")
     with source_on(path) as source, serving_in_thread(source) as bound:
@@ -94,7 +94,7 @@ def _messages_shown(page: Any) -> int:
     return int(page.locator('#panel tr.channel[data-channel="messages"] .v-msg').count())
 
 
-def test_the_tree_shows_the_fork(page: Any, served: tuple[Bound, DatabaseSource, str]) -> None:
+def test_the_tree_shows_the_fork(page: Any, served: tuple[Bound, ReaderSource, str]) -> None:
     bound, source, thread = served
     _open_thread(page, bound, thread)
     tree = page.locator("#tree")
@@ -115,7 +115,7 @@ def test_the_tree_shows_the_fork(page: Any, served: tuple[Bound, DatabaseSource,
 
 
 def test_clicking_a_checkpoint_shows_its_rebuilt_state(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, source, thread = served
     _open_thread(page, bound, thread)
@@ -142,7 +142,7 @@ def test_clicking_a_checkpoint_shows_its_rebuilt_state(
 
 
 def test_the_diff_shows_the_appended_messages(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, source, thread = served
     _open_thread(page, bound, thread)
@@ -170,7 +170,7 @@ def test_the_diff_shows_the_appended_messages(
 
 
 def test_a_fork_made_from_the_page_shows_up_as_a_new_branch(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, source, thread = served
     _open_thread(page, bound, thread)
@@ -198,7 +198,7 @@ def test_a_fork_made_from_the_page_shows_up_as_a_new_branch(
 
 
 def test_script_in_state_renders_as_text(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, _, _ = served
     _open_thread(page, bound, SCRIPT_THREAD)
@@ -209,7 +209,7 @@ def test_script_in_state_renders_as_text(
 
 
 def test_waiting_interrupts_are_marked(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, _, _ = served
     _open_thread(page, bound, WAITING_THREAD)
@@ -218,7 +218,7 @@ def test_waiting_interrupts_are_marked(
 
 
 def test_no_token_no_page_and_no_cross_origin_post(
-    browser: Any, served: tuple[Bound, DatabaseSource, str]
+    browser: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, source, thread = served
     context = browser.new_context(viewport=VIEWPORT)
