@@ -291,3 +291,62 @@ def _other_origin() -> Iterator[str]:
 def _artifact(name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS / name
+
+
+def test_a_langgraph_database_in_the_browser(browser: Any, tmp_path: Path) -> None:
+    """A database of LangGraph's own SqliteSaver (delta channel, fork, interrupt): tree,
+    rebuilt state and diff as on ours, actions disabled, the file's bytes unchanged."""
+    pytest.importorskip("langgraph.checkpoint.sqlite")
+    from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
+
+    from checkpointer.cli.graphs import load_graph
+    from checkpointer.ui.data import open_source
+    from tests.test_cli_langgraph_db import SCHEMAS, _write
+    from tests.test_ui_langgraph import rebuilt_checkpoint
+
+    path = tmp_path / "langgraph.db"
+    with LangGraphSqliteSaver.from_conn_string(str(path)) as saver:
+        cid, parent, messages = rebuilt_checkpoint(_write(saver)["fork"])
+    before = path.read_bytes()
+    specs = dict(load_graph(SCHEMAS["fork"]).channels)
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        with (
+            open_source(str(path), specs=specs) as source,
+            serving_in_thread(source) as bound,
+        ):
+            pg = context.new_page()
+            errors: list[str] = []
+            pg.on("pageerror", lambda exc: errors.append(str(exc)))
+            _open_thread(pg, bound, "fork")
+            assert pg.locator("header .badge.ro").inner_text() == "read-only"
+            tree = pg.locator("#tree")
+            assert tree.locator(".branch-label").count() == 1
+            assert tree.locator(".badge.head").count() == 2
+            assert pg.get_by_role("button", name="copy thread…").count() == 0
+            node = tree.locator(f'li.node[data-id="{cid}"]')
+            if node.count() == 0:  # inside a collapsed run
+                pg.goto(f"{bound.base}/?thread=fork&c={cid}")
+            pg.locator(f'#tree li.node[data-id="{cid}"]').click()
+            pg.wait_for_selector(f'#panel .checkpoint[data-id="{cid}"]')
+            row = pg.locator('#panel tr.channel[data-channel="messages"]')
+            assert row.locator(".kind").inner_text() == "rebuilt delta"
+            assert _messages_shown(pg) == len(messages)
+            assert messages[-1].content in row.inner_text()
+            change = pg.locator('#diff .change[data-channel="messages"]')
+            assert "appended" in change.inner_text()
+            appended = change.locator(".part-appended .v-msg")  # a message, not its repr
+            assert appended.count() >= 1 and messages[-1].content in appended.last.inner_text()
+            for name in ("fork from here…", "copy to a new thread…"):
+                assert pg.get_by_role("button", name=name).is_disabled()
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            pg.screenshot(path=str(ARTIFACTS / "langgraph_sqlite.png"), full_page=True)
+            assert not errors, errors
+            assert parent in source.tree("fork", "").nodes
+    finally:
+        context.close()
+    assert path.read_bytes() == before
+    # A read-only reader of a WAL database may leave SQLite's shared-memory index and an
+    # empty log beside it (it may not delete them); it never writes a page.
+    wal = tmp_path / "langgraph.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
