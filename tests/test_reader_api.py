@@ -15,7 +15,7 @@ from checkpointer.types import empty_checkpoint
 from tests.test_cli_support import CHAT, cfg
 
 try:
-    from tests.test_cli_langgraph_db import lg as lg  # noqa: F401  (module fixture)
+    from tests.test_cli_langgraph_db import lg as lg  # the LangGraph databases fixture
 except pytest.skip.Exception:  # LangGraph's savers not installed
     lg = None
 

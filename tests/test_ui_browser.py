@@ -208,9 +208,7 @@ def test_script_in_state_renders_as_text(
     assert page.evaluate("typeof window.__pwned") == "undefined"
 
 
-def test_waiting_interrupts_are_marked(
-    page: Any, served: tuple[Bound, ReaderSource, str]
-) -> None:
+def test_waiting_interrupts_are_marked(page: Any, served: tuple[Bound, ReaderSource, str]) -> None:
     bound, _, _ = served
     _open_thread(page, bound, WAITING_THREAD)
     assert page.locator("#tree .badge.waiting").count() == 1

@@ -6,6 +6,7 @@ interrupt, export; every action refused (page and server); the database unchange
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from checkpointer.ui.app import create_app
 from checkpointer.ui.data import ReaderSource, ReadOnlyError, open_source
 from checkpointer.ui.security import allowed_hosts
 from tests.test_cli_langgraph_db import SCHEMAS, LgDb
-from tests.test_cli_langgraph_db import lg as lg  # noqa: F401  (the module fixture)
+from tests.test_cli_langgraph_db import lg as lg  # the LangGraph databases fixture
 
 PORT = 8998
 BASE = f"http://127.0.0.1:{PORT}"
@@ -34,7 +35,7 @@ def url_and_schema(lg: LgDb) -> tuple[str, str | None]:
 
 
 @pytest.fixture
-def source(lg: LgDb) -> Iterator[ReaderSource]:  # noqa: F811
+def source(lg: LgDb) -> Iterator[ReaderSource]:
     url, schema = url_and_schema(lg)
     specs = dict(load_graph(SCHEMAS["fork"]).channels)
     with open_source(url, schema=schema, specs=specs) as opened:
@@ -58,7 +59,7 @@ def rebuilt_checkpoint(graph: Any) -> tuple[str, str, Any]:
     snapshots = list(graph.get_state_history({"configurable": {"thread_id": "fork"}}))
     return next(
         (_cid(s.config), _cid(s.parent_config), s.values["messages"])
-        for s, parent in zip(snapshots, snapshots[1:], strict=False)
+        for s, parent in pairwise(snapshots)
         if s.parent_config is not None
         and s.metadata["source"] == "loop"
         and len(s.values["messages"]) > len(parent.values.get("messages", []))
@@ -68,7 +69,7 @@ def rebuilt_checkpoint(graph: Any) -> tuple[str, str, Any]:
 
 
 def test_the_viewer_reads_a_langgraph_database_read_only(
-    lg: LgDb,  # noqa: F811
+    lg: LgDb,
     source: ReaderSource,
 ) -> None:
     before = lg.fingerprint()
