@@ -291,26 +291,21 @@ def _artifact(name: str) -> Path:
     return ARTIFACTS / name
 
 
-def test_a_langgraph_database_in_the_browser(browser: Any, tmp_path: Path) -> None:
-    """A database of LangGraph's own SqliteSaver (delta channel, fork, interrupt): tree,
-    rebuilt state and diff as on ours, actions disabled, the file's bytes unchanged."""
-    pytest.importorskip("langgraph.checkpoint.sqlite")
-    from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
-
+def _browse_langgraph(
+    browser: Any, url: str, schema: str | None, found: tuple[str, str, Any], shot: str
+) -> None:
+    """Tree, rebuilt state, diff and disabled actions on a LangGraph database's `fork`
+    thread (`found`: a checkpoint with a replayed message list, its parent, its messages)."""
     from checkpointer.cli.graphs import load_graph
     from checkpointer.ui.data import open_source
-    from tests.test_cli_langgraph_db import SCHEMAS, _write
-    from tests.test_ui_langgraph import rebuilt_checkpoint
+    from tests.test_cli_langgraph_db import SCHEMAS
 
-    path = tmp_path / "langgraph.db"
-    with LangGraphSqliteSaver.from_conn_string(str(path)) as saver:
-        cid, parent, messages = rebuilt_checkpoint(_write(saver)["fork"])
-    before = path.read_bytes()
+    cid, parent, messages = found
     specs = dict(load_graph(SCHEMAS["fork"]).channels)
     context = browser.new_context(viewport=VIEWPORT)
     try:
         with (
-            open_source(str(path), specs=specs) as source,
+            open_source(url, schema=schema, specs=specs) as source,
             serving_in_thread(source) as bound,
         ):
             pg = context.new_page()
@@ -318,12 +313,12 @@ def test_a_langgraph_database_in_the_browser(browser: Any, tmp_path: Path) -> No
             pg.on("pageerror", lambda exc: errors.append(str(exc)))
             _open_thread(pg, bound, "fork")
             assert pg.locator("header .badge.ro").inner_text() == "read-only"
+            assert "LangGraph" in pg.locator("header .where").inner_text()
             tree = pg.locator("#tree")
             assert tree.locator(".branch-label").count() == 1
             assert tree.locator(".badge.head").count() == 2
             assert pg.get_by_role("button", name="copy thread…").count() == 0
-            node = tree.locator(f'li.node[data-id="{cid}"]')
-            if node.count() == 0:  # inside a collapsed run
+            if tree.locator(f'li.node[data-id="{cid}"]').count() == 0:  # in a collapsed run
                 pg.goto(f"{bound.base}/?thread=fork&c={cid}")
             pg.locator(f'#tree li.node[data-id="{cid}"]').click()
             pg.wait_for_selector(f'#panel .checkpoint[data-id="{cid}"]')
@@ -338,13 +333,60 @@ def test_a_langgraph_database_in_the_browser(browser: Any, tmp_path: Path) -> No
             for name in ("fork from here…", "copy to a new thread…"):
                 assert pg.get_by_role("button", name=name).is_disabled()
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            pg.screenshot(path=str(ARTIFACTS / "langgraph_sqlite.png"), full_page=True)
+            pg.screenshot(path=str(ARTIFACTS / shot), full_page=True)
             assert not errors, errors
             assert parent in source.tree("fork", "").nodes
     finally:
         context.close()
+
+
+def test_a_langgraph_sqlite_database_in_the_browser(browser: Any, tmp_path: Path) -> None:
+    """A database of LangGraph's own SqliteSaver (delta channel, fork, interrupt): shown as
+    ours are, actions disabled, the file's bytes unchanged."""
+    pytest.importorskip("langgraph.checkpoint.sqlite")
+    from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
+
+    from tests.test_cli_langgraph_db import _write
+    from tests.test_ui_langgraph import rebuilt_checkpoint
+
+    path = tmp_path / "langgraph.db"
+    with LangGraphSqliteSaver.from_conn_string(str(path)) as saver:
+        found = rebuilt_checkpoint(_write(saver)["fork"])
+    before = path.read_bytes()
+    _browse_langgraph(browser, str(path), None, found, "langgraph_sqlite.png")
     assert path.read_bytes() == before
     # A read-only reader of a WAL database may leave SQLite's shared-memory index and an
     # empty log beside it (it may not delete them); it never writes a page.
     wal = tmp_path / "langgraph.db-wal"
     assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_a_langgraph_postgres_database_in_the_browser(browser: Any) -> None:
+    """The same on a fresh schema written by LangGraph's own PostgresSaver; its tables and
+    rows unchanged."""
+    pytest.importorskip("langgraph.checkpoint.postgres")
+    import uuid
+
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+
+    from tests.conftest import PG_URL, require_postgres
+    from tests.test_cli_langgraph_db import _pg_fingerprint, _write
+    from tests.test_ui_langgraph import rebuilt_checkpoint
+
+    require_postgres()
+    schema = f"cp_lgui_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        with LangGraphPostgresSaver.from_conn_string(
+            f"{PG_URL}?options=-csearch_path%3D{schema}"
+        ) as saver:
+            saver.setup()
+            found = rebuilt_checkpoint(_write(saver)["fork"])
+        before = _pg_fingerprint(schema)
+        _browse_langgraph(browser, PG_URL, schema, found, "langgraph_postgres.png")
+        assert _pg_fingerprint(schema) == before
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
