@@ -163,16 +163,39 @@ def _masked(url: str) -> str:
     return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
+def url_schema(url: str) -> str:
+    """The schema a PostgreSQL URL chooses, as the CLI reads it: the first schema of its
+    search path (`?options=-csearch_path%3Dmyschema`), existing or not; else `public`."""
+    from checkpointer.inspect_db import postgres_connection
+
+    conn = postgres_connection(url, readonly=True)
+    try:
+        row = conn.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
+    finally:
+        conn.close()
+    if row and row[0]:
+        return str(row[0])
+    for part in str(row[1] if row else "").split(","):
+        name = part.strip()
+        if name and name != '"$user"':
+            return name[1:-1].replace('""', '"') if name.startswith('"') else name
+    return "public"
+
+
 @contextmanager
-def open_saver(db_path: str | None, url: str | None) -> Iterator[tuple[BaseCheckpointSaver, str]]:
-    """The demo's saver and a label for it: SQLite file by default, or the URL's database."""
+def open_saver(
+    db_path: str | None, url: str | None, schema: str | None = None
+) -> Iterator[tuple[BaseCheckpointSaver, str]]:
+    """The demo's saver and a label for it: SQLite file by default, or the URL's database
+    (PostgreSQL: in `schema`, else the schema the URL's search path names, else public)."""
     if db_path is not None and url is not None:
         raise ValueError("give either db_path or url, not both")
     if url is not None and url.startswith(("postgres://", "postgresql://")):
         from checkpointer.savers.postgres import PostgresSaver
 
-        with PostgresSaver.from_conn_string(url, setup=True) as pg:
-            yield pg, _masked(url)
+        schema = schema or url_schema(url)
+        with PostgresSaver.from_conn_string(url, setup=True, schema=schema) as pg:
+            yield pg, f"{_masked(url)} (schema {schema})"
         return
     if url == "memory":
         from checkpointer.savers.memory import InMemorySaver
@@ -230,6 +253,7 @@ def run_demo(
     console: Console | None = None,
     *,
     turns: int = 36,
+    schema: str | None = None,
 ) -> DemoReport:
     """Run the demo thread and print what happens; returns the figures."""
     if turns < 12:
@@ -237,7 +261,7 @@ def run_demo(
     console = console or Console()
     started = time.perf_counter()
     crash_turn, approval_turn, fork_turn = turns // 3, (2 * turns) // 3, 5
-    with open_saver(db_path, url) as (saver, backend):
+    with open_saver(db_path, url, schema) as (saver, backend):
         bot = ChatBot()
         app = bot.build(saver)
         thread_id = f"demo-{uuid.uuid4().hex[:8]}"

@@ -534,6 +534,40 @@ def _path_from(walk: list[Ancestor], common: str | None) -> list[Ancestor]:
     return list(reversed(path))
 
 
+FIRST_WALK = 16
+"""Depth of the first ancestor walks a diff makes; they double until the two meet."""
+
+
+def _ended(walk: list[Ancestor], depth: int) -> bool:
+    """Whether a walk asked for `depth` levels stopped short: it reached the root (or a
+    missing parent, or a loop), so it holds the whole ancestry."""
+    return len(walk) <= depth
+
+
+def _walks_to_common(
+    db: Reader, thread_id: str, ns: str, a_id: str, b_id: str
+) -> tuple[list[Ancestor], list[Ancestor], str | None]:
+    """(A's walk, B's walk, their nearest common ancestor), each walk reaching at least
+    that ancestor; the whole ancestries only when the two share none.
+
+    Walks of growing depth (16, 32, ...): a diff against a near checkpoint (its parent, a
+    sibling) costs the distance to the common ancestor, not the thread's length. The
+    ancestor found is the one the whole walks would give: the first checkpoint of A's walk
+    that B's walk holds. (A's chain is a line: a later match X is an ancestor of the
+    nearest match C, and B's walk, holding X, holds C, which comes before X on B's chain.)
+    """
+    depth = FIRST_WALK
+    while True:
+        walk_a = db.ancestors(thread_id, ns, a_id, depth)
+        walk_b = db.ancestors(thread_id, ns, b_id, depth)
+        ids_b = {a.checkpoint_id for a in walk_b}
+        common = next((a.checkpoint_id for a in walk_a if a.checkpoint_id in ids_b), None)
+        done = _ended(walk_a, depth) and _ended(walk_b, depth)
+        if common is not None or done or depth >= MAX_WALK:
+            return walk_a, walk_b, common
+        depth = min(depth * 2, MAX_WALK)
+
+
 def diff_view(
     db: Reader,
     thread_id: str,
@@ -545,10 +579,7 @@ def diff_view(
     """Per channel, what changed from checkpoint A to checkpoint B."""
     raw_a = load_raw(db, thread_id, ns, a_id)
     raw_b = load_raw(db, thread_id, ns, b_id)
-    walk_a = db.ancestors(thread_id, ns, a_id, MAX_WALK)
-    walk_b = db.ancestors(thread_id, ns, b_id, MAX_WALK)
-    ids_b = {a.checkpoint_id for a in walk_b}
-    common = next((a.checkpoint_id for a in walk_a if a.checkpoint_id in ids_b), None)
+    walk_a, walk_b, common = _walks_to_common(db, thread_id, ns, a_id, b_id)
     relation: Relation
     if a_id == b_id:
         relation = "same"

@@ -31,7 +31,7 @@ from checkpointer.reader import (
     Unloadable,
     raw_size,
 )
-from checkpointer.savers.sql.core import Dialect, Op, Plan
+from checkpointer.savers.sql.core import Dialect, Op, Plan, Stmt
 from checkpointer.savers.sql.inspect import (
     Ancestor,
     RawHistoryRow,
@@ -238,9 +238,21 @@ class Database:
         return self.run(all_thread_ids_plan(self.dialect))
 
     def thread_summaries(
-        self, sort: str = "updated", limit: int | None = None, offset: int = 0
+        self,
+        sort: str = "updated",
+        limit: int | None = None,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
     ) -> tuple[int, list[ThreadSummary]]:
-        return self.run(thread_summaries_plan(self.dialect, sort, limit, offset))
+        return self.run(thread_summaries_plan(self.dialect, sort, limit, offset, thread_ids))
+
+    def namespaces(self, thread_id: str) -> list[str]:
+        return self.run(namespaces_plan(self.dialect.checkpoints, self.dialect.p, thread_id))
+
+    def namespace_head(self, thread_id: str, ns: str) -> tuple[str | None, int]:
+        return self.run(
+            namespace_head_plan(self.dialect.checkpoints, self.dialect.p, thread_id, ns)
+        )
 
     def skeleton(self, thread_id: str, ns: str) -> dict[str, SkeletonNode]:
         nodes = self.run(skeleton_plan(self.dialect, thread_id, ns))
@@ -306,6 +318,32 @@ class Database:
 
     def stats(self, thread_id: str | None = None, top: int = 10) -> Stats:
         return self.run(stats_plan(self.dialect, thread_id, top))
+
+
+def namespaces_plan(table: str, p: Any, thread_id: str) -> Plan[list[str]]:
+    """The namespaces of a thread in a checkpoint table (ours or LangGraph's: both key
+    checkpoints by thread, namespace and id)."""
+    rows = yield Stmt(
+        f"SELECT DISTINCT checkpoint_ns FROM {table} WHERE thread_id = {p('t')} "
+        "ORDER BY checkpoint_ns",
+        {"t": thread_id},
+        fetch=True,
+    )
+    return [str(r[0]) for r in rows]
+
+
+def namespace_head_plan(
+    table: str, p: Any, thread_id: str, ns: str
+) -> Plan[tuple[str | None, int]]:
+    """(newest checkpoint id, checkpoint count) of a namespace, from the primary key."""
+    rows = yield Stmt(
+        f"SELECT MAX(checkpoint_id), COUNT(*) FROM {table} "
+        f"WHERE thread_id = {p('t')} AND checkpoint_ns = {p('ns')}",
+        {"t": thread_id, "ns": ns},
+        fetch=True,
+    )
+    newest, count = rows[0] if rows else (None, 0)
+    return (None if newest is None else str(newest), int(count or 0))
 
 
 def _sealed(pair: Any) -> bool:

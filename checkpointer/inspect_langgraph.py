@@ -260,15 +260,22 @@ class LangGraphReader:
         return self.db.run(all_thread_ids_plan(self.tables))  # type: ignore[arg-type]
 
     def namespaces(self, thread_id: str) -> list[str]:
-        rows = self._rows(
-            f"SELECT DISTINCT checkpoint_ns FROM {self.layout['checkpoints']} "
-            f"WHERE thread_id = {self._p('t')} ORDER BY checkpoint_ns",
-            {"t": thread_id},
-        )
-        return [str(r[0]) for r in rows]
+        from checkpointer.inspect_db import namespaces_plan
+
+        return self.db.run(namespaces_plan(self.layout["checkpoints"], self._p, thread_id))
+
+    def namespace_head(self, thread_id: str, ns: str) -> tuple[str | None, int]:
+        from checkpointer.inspect_db import namespace_head_plan
+
+        plan = namespace_head_plan(self.layout["checkpoints"], self._p, thread_id, ns)
+        return self.db.run(plan)
 
     def thread_summaries(
-        self, sort: str = "updated", limit: int | None = None, offset: int = 0
+        self,
+        sort: str = "updated",
+        limit: int | None = None,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
     ) -> tuple[int, list[ThreadSummary]]:
         """Like ours; "updated" orders by the newest checkpoint id (LangGraph's ids are
         time-ordered UUIDs), so only the listed threads' head records are read."""
@@ -295,6 +302,9 @@ class LangGraphReader:
             )
         }
         items = [(str(t), int(n or 0), int(b or 0)) for t, n, b in rows]
+        if thread_ids is not None:
+            wanted = {str(t) for t in thread_ids}
+            items = [i for i in items if i[0] in wanted]
         key = {
             "updated": lambda i: (_neg(heads[i[0]][1]), i[0]),
             "count": lambda i: (-i[1], i[0]),

@@ -100,11 +100,30 @@ class Reader(Protocol):
 
     def resolve(self, thread_id: str, ns: str, ref: str | None) -> str: ...
 
-    def all_thread_ids(self) -> list[str]: ...
+    def all_thread_ids(self) -> list[str]:
+        """Every thread id, sorted (what a search filters and a total counts)."""
+        ...
 
     def thread_summaries(
-        self, sort: str = "updated", limit: int | None = None, offset: int = 0
-    ) -> tuple[int, list[ThreadSummary]]: ...
+        self,
+        sort: str = "updated",
+        limit: int | None = None,
+        offset: int = 0,
+        thread_ids: Sequence[str] | None = None,
+    ) -> tuple[int, list[ThreadSummary]]:
+        """(number of threads, a sorted page of their summaries); `thread_ids` restricts
+        both to those threads (a search's matches)."""
+        ...
+
+    def namespaces(self, thread_id: str) -> list[str]:
+        """The thread's checkpoint namespaces, sorted ("" for the root); [] when the thread
+        has no checkpoints."""
+        ...
+
+    def namespace_head(self, thread_id: str, ns: str) -> tuple[str | None, int]:
+        """(newest checkpoint id, number of checkpoints) of one namespace: cheap, and
+        changed by any new checkpoint (a viewer keys its cached tree by it)."""
+        ...
 
     def skeleton(self, thread_id: str, ns: str) -> dict[str, SkeletonNode]: ...
 

@@ -208,3 +208,22 @@ def assert_one_line_error(result: Result, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def test_usage_errors_under_json_print_the_json_error_shape(tmp_path: Path) -> None:
+    """A bad option value or an unknown option is click's usage error (usage and `Error:`
+    on stderr, exit code 2); with --json, stdout also carries {"error": {"message"}}."""
+    for args in (
+        ["threads", "--sort", "nope", "--url", str(tmp_path / "x.db"), "--json"],
+        ["history", "t", "--json", "--limit", "many"],
+        ["show", "--json", "-o", str(tmp_path)],
+    ):
+        result = run(*args)
+        assert result.exit_code == 2, (args, result.stdout, result.stderr)
+        error = json.loads(result.stdout)["error"]["message"]
+        assert error and "\n" not in error
+        assert "Usage:" in result.stderr and "Error:" in result.stderr
+    plain = run("threads", "--sort", "nope")
+    assert plain.exit_code == 2 and plain.stdout == ""
+    after_dashes = run("show", "--", "--json", "-o")
+    assert after_dashes.stdout == ""

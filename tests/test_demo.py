@@ -71,3 +71,44 @@ def test_runs_in_memory_too() -> None:
     report = run_demo(url="memory", console=Console(file=io.StringIO()), turns=12)
     assert report.backend == "memory"
     assert not report.finished_task_rerun and report.original_intact
+
+
+@pytest.mark.parametrize("how", ["search_path", "option"])
+def test_the_demo_on_postgres_writes_to_the_schema_asked_for(how: str) -> None:
+    """`demo --url postgresql://...?options=-csearch_path%3DS` (or `--schema S`) writes into
+    S, as the CLI reads it, not into public."""
+    import uuid
+
+    import psycopg
+    from click.testing import CliRunner
+
+    from checkpointer.cli import main
+    from checkpointer.inspect import open_reader
+    from tests.conftest import PG_URL, require_postgres
+
+    require_postgres()
+    schema = f"cp_demo_{uuid.uuid4().hex[:10]}"
+    args = (
+        ["--url", f"{PG_URL}?options=-csearch_path%3D{schema}"]
+        if how == "search_path"
+        else ["--url", PG_URL, "--schema", schema]
+    )
+    try:
+        result = CliRunner().invoke(main, ["demo", *args], env={"CHECKPOINTER_SCHEMA": None})
+        assert result.exit_code == 0, result.output
+        with open_reader(PG_URL, schema=schema) as reader:
+            threads = reader.all_thread_ids()
+        assert len(threads) == 1 and threads[0].startswith("demo-")
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            in_public = conn.execute(
+                "SELECT COUNT(*) FROM information_schema.tables "
+                "WHERE table_schema = 'public' AND table_name = 'checkpoints'"
+            ).fetchone()
+            if in_public and in_public[0]:
+                found = conn.execute(
+                    "SELECT COUNT(*) FROM public.checkpoints WHERE thread_id = %s", (threads[0],)
+                ).fetchone()
+                assert found is not None and found[0] == 0
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from checkpointer.ui.data import DatabaseSource
+from checkpointer.ui.data import ReaderSource
 from checkpointer.ui.server import Bound, serving_in_thread
 from tests.ui_support import (
     ARTIFACTS,
@@ -58,7 +58,7 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def served(
     demo_master: tuple[Path, str], tmp_path: Path
-) -> Iterator[tuple[Bound, DatabaseSource, str]]:
+) -> Iterator[tuple[Bound, ReaderSource, str]]:
     """The viewer on a private copy of the demo database, on a free loopback port."""
     path = copy_db(demo_master[0], tmp_path / "demo.db")
     with source_on(path) as source, serving_in_thread(source) as bound:
@@ -94,7 +94,7 @@ def _messages_shown(page: Any) -> int:
     return int(page.locator('#panel tr.channel[data-channel="messages"] .v-msg').count())
 
 
-def test_the_tree_shows_the_fork(page: Any, served: tuple[Bound, DatabaseSource, str]) -> None:
+def test_the_tree_shows_the_fork(page: Any, served: tuple[Bound, ReaderSource, str]) -> None:
     bound, source, thread = served
     _open_thread(page, bound, thread)
     tree = page.locator("#tree")
@@ -115,7 +115,7 @@ def test_the_tree_shows_the_fork(page: Any, served: tuple[Bound, DatabaseSource,
 
 
 def test_clicking_a_checkpoint_shows_its_rebuilt_state(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, source, thread = served
     _open_thread(page, bound, thread)
@@ -142,7 +142,7 @@ def test_clicking_a_checkpoint_shows_its_rebuilt_state(
 
 
 def test_the_diff_shows_the_appended_messages(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, source, thread = served
     _open_thread(page, bound, thread)
@@ -170,7 +170,7 @@ def test_the_diff_shows_the_appended_messages(
 
 
 def test_a_fork_made_from_the_page_shows_up_as_a_new_branch(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, source, thread = served
     _open_thread(page, bound, thread)
@@ -198,7 +198,7 @@ def test_a_fork_made_from_the_page_shows_up_as_a_new_branch(
 
 
 def test_script_in_state_renders_as_text(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
+    page: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, _, _ = served
     _open_thread(page, bound, SCRIPT_THREAD)
@@ -208,9 +208,7 @@ def test_script_in_state_renders_as_text(
     assert page.evaluate("typeof window.__pwned") == "undefined"
 
 
-def test_waiting_interrupts_are_marked(
-    page: Any, served: tuple[Bound, DatabaseSource, str]
-) -> None:
+def test_waiting_interrupts_are_marked(page: Any, served: tuple[Bound, ReaderSource, str]) -> None:
     bound, _, _ = served
     _open_thread(page, bound, WAITING_THREAD)
     assert page.locator("#tree .badge.waiting").count() == 1
@@ -218,7 +216,7 @@ def test_waiting_interrupts_are_marked(
 
 
 def test_no_token_no_page_and_no_cross_origin_post(
-    browser: Any, served: tuple[Bound, DatabaseSource, str]
+    browser: Any, served: tuple[Bound, ReaderSource, str]
 ) -> None:
     bound, source, thread = served
     context = browser.new_context(viewport=VIEWPORT)
@@ -291,3 +289,104 @@ def _other_origin() -> Iterator[str]:
 def _artifact(name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS / name
+
+
+def _browse_langgraph(
+    browser: Any, url: str, schema: str | None, found: tuple[str, str, Any], shot: str
+) -> None:
+    """Tree, rebuilt state, diff and disabled actions on a LangGraph database's `fork`
+    thread (`found`: a checkpoint with a replayed message list, its parent, its messages)."""
+    from checkpointer.cli.graphs import load_graph
+    from checkpointer.ui.data import open_source
+    from tests.test_cli_langgraph_db import SCHEMAS
+
+    cid, parent, messages = found
+    specs = dict(load_graph(SCHEMAS["fork"]).channels)
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        with (
+            open_source(url, schema=schema, specs=specs) as source,
+            serving_in_thread(source) as bound,
+        ):
+            pg = context.new_page()
+            errors: list[str] = []
+            pg.on("pageerror", lambda exc: errors.append(str(exc)))
+            _open_thread(pg, bound, "fork")
+            assert pg.locator("header .badge.ro").inner_text() == "read-only"
+            assert "LangGraph" in pg.locator("header .where").inner_text()
+            tree = pg.locator("#tree")
+            assert tree.locator(".branch-label").count() == 1
+            assert tree.locator(".badge.head").count() == 2
+            assert pg.get_by_role("button", name="copy thread…").count() == 0
+            if tree.locator(f'li.node[data-id="{cid}"]').count() == 0:  # in a collapsed run
+                pg.goto(f"{bound.base}/?thread=fork&c={cid}")
+            pg.locator(f'#tree li.node[data-id="{cid}"]').click()
+            pg.wait_for_selector(f'#panel .checkpoint[data-id="{cid}"]')
+            row = pg.locator('#panel tr.channel[data-channel="messages"]')
+            assert row.locator(".kind").inner_text() == "rebuilt delta"
+            assert _messages_shown(pg) == len(messages)
+            assert messages[-1].content in row.inner_text()
+            change = pg.locator('#diff .change[data-channel="messages"]')
+            assert "appended" in change.inner_text()
+            appended = change.locator(".part-appended .v-msg")  # a message, not its repr
+            assert appended.count() >= 1 and messages[-1].content in appended.last.inner_text()
+            for name in ("fork from here…", "copy to a new thread…"):
+                assert pg.get_by_role("button", name=name).is_disabled()
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            pg.screenshot(path=str(ARTIFACTS / shot), full_page=True)
+            assert not errors, errors
+            assert parent in source.tree("fork", "").nodes
+    finally:
+        context.close()
+
+
+def test_a_langgraph_sqlite_database_in_the_browser(browser: Any, tmp_path: Path) -> None:
+    """A database of LangGraph's own SqliteSaver (delta channel, fork, interrupt): shown as
+    ours are, actions disabled, the file's bytes unchanged."""
+    pytest.importorskip("langgraph.checkpoint.sqlite")
+    from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
+
+    from tests.test_cli_langgraph_db import _write
+    from tests.test_ui_langgraph import rebuilt_checkpoint
+
+    path = tmp_path / "langgraph.db"
+    with LangGraphSqliteSaver.from_conn_string(str(path)) as saver:
+        found = rebuilt_checkpoint(_write(saver)["fork"])
+    before = path.read_bytes()
+    _browse_langgraph(browser, str(path), None, found, "langgraph_sqlite.png")
+    assert path.read_bytes() == before
+    # A read-only reader of a WAL database may leave SQLite's shared-memory index and an
+    # empty log beside it (it may not delete them); it never writes a page.
+    wal = tmp_path / "langgraph.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_a_langgraph_postgres_database_in_the_browser(browser: Any) -> None:
+    """The same on a fresh schema written by LangGraph's own PostgresSaver; its tables and
+    rows unchanged."""
+    pytest.importorskip("langgraph.checkpoint.postgres")
+    import uuid
+
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+
+    from tests.conftest import PG_URL, require_postgres
+    from tests.test_cli_langgraph_db import _pg_fingerprint, _write
+    from tests.test_ui_langgraph import rebuilt_checkpoint
+
+    require_postgres()
+    schema = f"cp_lgui_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        with LangGraphPostgresSaver.from_conn_string(
+            f"{PG_URL}?options=-csearch_path%3D{schema}"
+        ) as saver:
+            saver.setup()
+            found = rebuilt_checkpoint(_write(saver)["fork"])
+        before = _pg_fingerprint(schema)
+        _browse_langgraph(browser, PG_URL, schema, found, "langgraph_postgres.png")
+        assert _pg_fingerprint(schema) == before
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

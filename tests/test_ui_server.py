@@ -18,7 +18,7 @@ from checkpointer.savers.sql.inspect import existing_threads_plan
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
 from checkpointer.ui.app import create_app
-from checkpointer.ui.data import DatabaseSource, ReadOnlyError
+from checkpointer.ui.data import ReaderSource, ReadOnlyError
 from checkpointer.ui.security import allowed_hosts
 from checkpointer.ui.tree import Run
 from tests.ui_support import (
@@ -53,7 +53,7 @@ def demo(demo_master: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
     return copy_db(demo_master[0], tmp_path / "demo.db"), demo_master[1]
 
 
-def _client(source: DatabaseSource, *, authed: bool = True) -> TestClient:
+def _client(source: ReaderSource, *, authed: bool = True) -> TestClient:
     app = create_app(source, token=TOKEN, hosts=allowed_hosts("127.0.0.1", PORT), port=PORT)
     client = TestClient(app, base_url=BASE, follow_redirects=False)
     if authed:
@@ -249,14 +249,15 @@ def test_thread_list_pages_sorts_and_searches(tmp_path: Path) -> None:
         client = _client(source)
         first = client.get("/").text
         assert "130 thread(s)" in first and "page 1 of 3" in first
-        # Newest first, in the saver's order (its summaries move updated_at on a coarse
-        # clock, so the order is the saver's to decide, not asserted here).
+        # Newest first, in the reader's order (as `checkpointer threads` lists them).
         newest = source.threads(sort="updated", query="", offset=0, limit=50).threads
         assert first.index(f">{newest[0].thread_id}<") < first.index(f">{newest[-1].thread_id}<")
         third = client.get("/?page=3").text
         assert third.count('class="thread-link"') == 30
         by_count = client.get("/?sort=count").text
-        assert by_count.index(">t-0007<") < by_count.index(">t-0129<")
+        # As `checkpointer threads --sort count`: most checkpoints first, ties by id.
+        assert by_count.index(">t-0007<") < by_count.index(">t-0000<")
+        assert ">t-0129<" not in by_count
         found = client.get("/?q=t-012").text
         assert "10 thread(s)" in found and found.count('class="thread-link"') == 10
         page = source.threads(sort="id", query="", offset=0, limit=5)

@@ -17,10 +17,9 @@ from rich.console import Console
 from checkpointer.cli.graphs import load_graph
 from checkpointer.demo import run_demo
 from checkpointer.graph import END, START, StateGraph, interrupt
-from checkpointer.inspect import Database
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import make_config
-from checkpointer.ui.data import DatabaseSource
+from checkpointer.ui.data import ReaderSource, open_source
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -79,10 +78,10 @@ def demo_specs() -> dict[str, Any]:
 
 
 @contextmanager
-def source_on(path: Path, *, read_only: bool = False) -> Iterator[DatabaseSource]:
-    with Database.open(str(path)) as db:
-        db.check_schema()
-        yield DatabaseSource(db, specs=demo_specs(), read_only=read_only)
+def source_on(path: Path, *, read_only: bool = False) -> Iterator[ReaderSource]:
+    """The viewer's source as `checkpointer ui` builds it (reads through the CLI's reader)."""
+    with open_source(str(path), specs=demo_specs(), read_only=read_only) as source:
+        yield source
 
 
 def copy_db(src: Path, dst: Path) -> Path:

@@ -3,13 +3,14 @@ escapes one into a single `error: ...` line on stderr with a non-zero exit code.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
 
 import click
 
-from checkpointer.cli.common import CliError, describe_error, wants_json
+from checkpointer.cli.common import CliError, describe_error, one_line, wants_json
 from checkpointer.cli.manage_cmds import copy, delete, delete_runs, fork, prune
 from checkpointer.cli.read_cmds import diff, history, show, stats, threads
 from checkpointer.cli.setup_cmds import demo, migrate
@@ -41,9 +42,24 @@ class CheckpointerGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Noted before any parsing, so that a usage error in the subcommand's arguments
+        # (before --json is reached, or in --json's own command) still answers in JSON.
+        head = args[: args.index("--")] if "--" in args else args
+        if "--json" in head:
+            ctx.meta["checkpointer.json_asked"] = True
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # click prints the usage and `Error: ...` on stderr, exit code 2; a script that
+            # asked for JSON also gets the error shape every other failure prints.
+            if ctx.meta.get("checkpointer.json_asked") or wants_json():
+                message = one_line(exc.format_message())
+                click.echo(json.dumps({"error": {"message": message}}, ensure_ascii=False))
+            raise
         except (click.exceptions.Exit, click.Abort, click.ClickException):
             raise
         except KeyboardInterrupt as exc:

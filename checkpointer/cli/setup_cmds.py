@@ -15,11 +15,17 @@ from checkpointer.cli.common import NO_URL, CliError, database_options, open_dat
     help="SQLite file for the demo thread (default: ./checkpointer-demo.db).",
 )
 @click.option("--url", default=None, help="Run on this database instead (postgresql://...).")
-def demo(db_path: str | None, url: str | None) -> None:
+@click.option(
+    "--schema",
+    default=None,
+    envvar="CHECKPOINTER_SCHEMA",
+    help="PostgreSQL schema for the demo's tables (default: the URL's search path, else public).",
+)
+def demo(db_path: str | None, url: str | None, schema: str | None) -> None:
     """Run a chat thread: crash and resume, approval, history, fork, storage figures."""
     from checkpointer.demo import run_demo
 
-    run_demo(db_path=db_path, url=url)
+    run_demo(db_path=db_path, url=url, schema=schema)
 
 
 @click.command(short_help="Create or upgrade the database schema.")

@@ -50,20 +50,23 @@ def ui(
     token in the URL printed at start.
     """
     try:
-        from checkpointer.ui.data import DatabaseSource
+        from checkpointer.ui.data import ReaderSource, writer_for
         from checkpointer.ui.server import bind, serve
     except ImportError as exc:
         raise CliError(
             f"the web viewer needs the ui extra ({exc.name} is missing): "
-            'pip install "checkpointer[ui]"'
+            'pip install "superstep-checkpointer[ui]"'
         ) from exc
     if not url:
         raise CliError("no database given: pass --url or set CHECKPOINTER_URL")
     read_only = read_only or _read_only_file(url)
-    with open_with_graph(url, schema, graph_ref, allow_modules) as (db, graph):
-        source = DatabaseSource(db, specs=graph.channels if graph else None, read_only=read_only)
+    with (
+        open_with_graph(url, schema, graph_ref, allow_modules) as (reader, graph),
+        writer_for(reader, url, schema=schema, read_only=read_only) as writer,
+    ):
+        source = ReaderSource(reader, specs=graph.channels if graph else None, writer=writer)
         bound = bind(host, port)
-        click.echo(f"checkpointer ui: {db.where}" + (" (read-only)" if read_only else ""))
+        click.echo(f"checkpointer ui: {reader.where}" + (" (read-only)" if writer is None else ""))
         if host not in ("127.0.0.1", "localhost", "::1"):
             click.echo(f"warning: listening on {host}, not only this machine", err=True)
         click.echo(f"open {bound.url}")

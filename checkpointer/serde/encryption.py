@@ -74,7 +74,7 @@ def _aesgcm() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "EncryptedSerializer needs the 'cryptography' package: "
-            "pip install 'checkpointer[crypto]'"
+            "pip install 'superstep-checkpointer[crypto]'"
         ) from exc
     return AESGCM
 

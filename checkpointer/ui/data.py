@@ -1,11 +1,14 @@
-"""Everything the viewer reads or writes, behind one class, so other readers (LangGraph's own
-databases, opened read-only) can plug in by offering the same methods.
+"""Everything the viewer reads or writes, behind one class over the CLI's readers.
 
-`DatabaseSource` serves a checkpointer database through the library's public pieces: the
-saver's thread summaries (`list_threads`), `checkpointer.inspect` for skeletons, state and
-diffs (delta channels rebuilt with the reducers of `--graph`), and for writes the same
-operations as the CLI (`checkpointer fork`, `fork --to`, `copy`, `export`). One connection,
-so one lock: the server's worker threads take turns.
+`ReaderSource` reads through a `checkpointer.reader.Reader`, the same read-only readers the
+CLI uses (`checkpointer.inspect.open_reader`): our databases and, through
+`LangGraphReader`, those of LangGraph's own SQLite and Postgres savers, with one code path.
+Skeletons, state and diffs come from `checkpointer.inspect` (delta channels rebuilt with the
+reducers of `--graph`). The actions run the CLI's operations (`checkpointer fork`,
+`fork --to`, `copy`) on a separate writable `Database`, given only for our own schema and
+only when the viewer is not read-only; without one every action is refused. Export is the
+CLI's (`checkpointer export`, of either kind of database). One lock: the server's worker
+threads take turns on the connections.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from checkpointer.channels import BaseChannel
-from checkpointer.errors import CheckpointerError
 from checkpointer.export import export_threads
 from checkpointer.inspect import (
     Database,
@@ -29,14 +31,9 @@ from checkpointer.inspect import (
     history_entries,
     state_view,
 )
-from checkpointer.lifecycle import THREAD_SORTS, ThreadSummary
-from checkpointer.savers.sql.core import Plan, Stmt
-from checkpointer.savers.sql.inspect import (
-    SkeletonNode,
-    all_thread_ids_plan,
-    existing_threads_plan,
-    skeleton_plan,
-)
+from checkpointer.lifecycle import THREAD_SORTS
+from checkpointer.reader import Reader, ReadOnlyError
+from checkpointer.savers.sql.inspect import SkeletonNode, ThreadSummary, existing_threads_plan
 from checkpointer.savers.sql.transfer import (
     ForkResult,
     fork_in_place_plan,
@@ -46,10 +43,7 @@ from checkpointer.savers.sql.transfer import (
 from checkpointer.ui.tree import Run, build_runs
 
 AnyChannel = BaseChannel[Any, Any, Any]
-
-
-class ReadOnlyError(CheckpointerError):
-    """A write was asked of a database opened read-only."""
+__all__ = ["ReadOnlyError", "ReaderSource", "Source", "ThreadPage", "ThreadTree"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,91 +95,69 @@ class Source(Protocol):
     def export(self, thread_id: str) -> str: ...
 
 
-def _namespaces_plan(db: Database, thread_id: str) -> Plan[list[str]]:
-    rows = yield Stmt(
-        f"SELECT DISTINCT checkpoint_ns FROM {db.dialect.checkpoints} "
-        f"WHERE thread_id = {db.dialect.p('t')} ORDER BY checkpoint_ns",
-        {"t": thread_id},
-        fetch=True,
-    )
-    return [str(r[0]) for r in rows]
-
-
-class DatabaseSource:
-    """A checkpointer database (SQLite or PostgreSQL), opened by `checkpointer.inspect`."""
+class ReaderSource:
+    """The viewer's data: reads through `reader` (any `Reader`), actions through `writer`
+    (a writable `Database` of our schema; None makes the viewer read-only)."""
 
     can_export = True
 
     def __init__(
         self,
-        db: Database,
+        reader: Reader,
         *,
         specs: Mapping[str, AnyChannel] | None = None,
-        read_only: bool = False,
+        writer: Database | None = None,
     ) -> None:
-        self.db = db
+        self.reader = reader
+        self.writer = writer
         self.specs = specs
-        self.read_only = read_only
-        self.where = db.where
+        self.read_only = writer is None
+        self.where = reader.where
         self._lock = threading.RLock()
         self._trees: dict[tuple[str, str], tuple[tuple[str | None, int], ThreadTree]] = {}
 
     @contextmanager
-    def _locked(self) -> Iterator[Database]:
+    def _locked(self) -> Iterator[Reader]:
         with self._lock:
-            yield self.db
+            yield self.reader
 
-    def _writable(self, what: str) -> None:
-        if self.read_only:
+    def _writable(self, what: str) -> Database:
+        if self.writer is None:
             raise ReadOnlyError(f"{self.where} is open read-only: cannot {what}")
+        return self.writer
 
     # ------------------------------------------------------------------ reads
     def threads(self, *, sort: str, query: str, offset: int, limit: int) -> ThreadPage:
-        """A page of threads, sorted by the saver's summary table (one indexed read). A
-        search filters thread ids by substring first, then pages the matches."""
+        """A page of threads, sorted as `checkpointer threads` sorts them. A search
+        filters thread ids by substring first, then pages the matches."""
         if sort not in THREAD_SORTS:
             raise ValueError(f"unknown sort {sort!r}; expected one of {', '.join(THREAD_SORTS)}")
-        descending = sort != "id"
-        with self._locked() as db:
-            if query:
-                needle = query.casefold()
-                ids = [t for t in db.run(all_thread_ids_plan(db.dialect)) if needle in t.casefold()]
-                found = (
-                    db.saver.list_threads(
-                        sort=sort,  # type: ignore[arg-type]
-                        descending=descending,
-                        limit=limit,
-                        offset=offset,
-                        thread_ids=ids,
-                    )
-                    if ids
-                    else []
-                )
-                return ThreadPage(found, len(ids), offset, limit, sort, query)
-            found = db.saver.list_threads(
-                sort=sort,  # type: ignore[arg-type]
-                descending=descending,
-                limit=limit,
-                offset=offset,
-            )
-            total = len(db.run(all_thread_ids_plan(db.dialect)))
-        return ThreadPage(found, total, offset, limit, sort, query)
+        with self._locked() as reader:
+            if not query:
+                total, found = reader.thread_summaries(sort, limit, offset)
+                return ThreadPage(found, total, offset, limit, sort, query)
+            needle = query.casefold()
+            ids = [t for t in reader.all_thread_ids() if needle in t.casefold()]
+            if not ids:
+                return ThreadPage([], 0, offset, limit, sort, query)
+            total, found = reader.thread_summaries(sort, limit, offset, thread_ids=ids)
+            return ThreadPage(found, total, offset, limit, sort, query)
 
     def tree(self, thread_id: str, ns: str) -> ThreadTree:
         """The namespace's skeleton and runs; kept while the namespace's newest checkpoint
         and size stay the same (a fork or a new step changes one of them)."""
-        with self._locked() as db:
-            namespaces = db.run(_namespaces_plan(db, thread_id))
+        with self._locked() as reader:
+            namespaces = reader.namespaces(thread_id)
             if not namespaces:
-                db.require_threads([thread_id])
+                reader.require_threads([thread_id])
             key = (thread_id, ns)
-            head = db.run(_head_plan(db, thread_id, ns))
+            head = reader.namespace_head(thread_id, ns)
             cached = self._trees.get(key)
             if cached is not None and cached[0] == head:
                 tree = cached[1]
                 tree.namespaces = namespaces
                 return tree
-            nodes = db.run(skeleton_plan(db.dialect, thread_id, ns))
+            nodes = reader.skeleton(thread_id, ns)
             parents = {cid: n.parent_id for cid, n in nodes.items()}
             tree = ThreadTree(
                 thread_id, ns, namespaces, nodes, build_runs(parents), max(nodes, default=None)
@@ -196,31 +168,35 @@ class DatabaseSource:
             return tree
 
     def entries(self, tree: ThreadTree, ids: Sequence[str]) -> list[HistoryEntry]:
-        with self._locked() as db:
-            return history_entries(tree.nodes, ids, db.load)
+        with self._locked() as reader:
+            return history_entries(tree.nodes, ids, reader.load)
 
     def state(self, thread_id: str, ns: str, checkpoint_id: str) -> StateView:
-        with self._locked() as db:
-            return state_view(db, thread_id, ns, checkpoint_id, self.specs)
+        with self._locked() as reader:
+            return state_view(reader, thread_id, ns, checkpoint_id, self.specs)
 
     def diff(self, thread_id: str, ns: str, a: str, b: str) -> DiffView:
-        with self._locked() as db:
-            return diff_view(db, thread_id, ns, a, b, self.specs)
+        with self._locked() as reader:
+            return diff_view(reader, thread_id, ns, a, b, self.specs)
 
     def export(self, thread_id: str) -> str:
-        """The thread as `checkpointer export` writes it (JSONL)."""
+        """The thread as `checkpointer export` writes it (JSONL), of either kind of
+        database."""
+        from checkpointer.cli.transfer_cmds import exportable
+
         out = io.StringIO()
-        with self._locked() as db:
-            db.require_threads([thread_id])
-            export_threads(db, [thread_id], out)
+        with self._locked() as reader:
+            reader.require_threads([thread_id])
+            with exportable(reader, [thread_id]) as db:
+                export_threads(db, [thread_id], out)
         return out.getvalue()
 
     # ------------------------------------------------------------------ writes
     def fork(self, thread_id: str, ns: str, checkpoint_id: str) -> ForkResult:
         """`checkpointer fork THREAD CHECKPOINT`: a copy of the checkpoint as the thread's
         new head, in one transaction."""
-        self._writable("fork")
-        with self._locked() as db:
+        db = self._writable("fork")
+        with self._lock:
             return self._drop_cached(
                 db.run(fork_in_place_plan(db.dialect, thread_id, ns, checkpoint_id), txn=True)
             )
@@ -228,9 +204,9 @@ class DatabaseSource:
     def copy_branch(self, thread_id: str, ns: str, checkpoint_id: str, target: str) -> ForkResult:
         """`checkpointer fork THREAD CHECKPOINT --to TARGET`: the branch ending at the
         checkpoint copied into a new thread (values and writes, so delta channels rebuild)."""
-        self._writable("copy a branch")
+        db = self._writable("copy a branch")
         target = _target_name(target)
-        with self._locked() as db:
+        with self._lock:
             return self._drop_cached(
                 db.run(
                     fork_to_thread_plan(db.dialect, thread_id, target, ns, checkpoint_id),
@@ -241,11 +217,11 @@ class DatabaseSource:
     def copy_thread(self, thread_id: str, target: str) -> None:
         """`checkpointer copy`: the whole thread, every branch and namespace, through the
         saver's `copy_thread`."""
-        self._writable("copy a thread")
+        db = self._writable("copy a thread")
         target = _target_name(target)
         if target == thread_id:
             raise ValueError("source and target are the same thread")
-        with self._locked() as db:
+        with self._lock:
             db.require_threads([thread_id])
             if db.run(existing_threads_plan(db.dialect, [target])):
                 raise ValueError(f"thread {target!r} already exists; pick another name")
@@ -257,17 +233,38 @@ class DatabaseSource:
         return result
 
 
-def _head_plan(db: Database, thread_id: str, ns: str) -> Plan[tuple[str | None, int]]:
-    """(newest checkpoint id, checkpoint count) of a namespace: what a cached tree is keyed
-    by."""
-    rows = yield Stmt(
-        f"SELECT MAX(checkpoint_id), COUNT(*) FROM {db.dialect.checkpoints} "
-        f"WHERE thread_id = {db.dialect.p('t')} AND checkpoint_ns = {db.dialect.p('ns')}",
-        {"t": thread_id, "ns": ns},
-        fetch=True,
-    )
-    newest, count = rows[0] if rows else (None, 0)
-    return (None if newest is None else str(newest), int(count or 0))
+@contextmanager
+def writer_for(
+    reader: Reader, url: str, *, schema: str | None = None, read_only: bool = False
+) -> Iterator[Database | None]:
+    """A writable connection to the database `reader` reads, for the actions: only for our
+    own schema (a LangGraph database is only ever read) and not when `read_only`."""
+    if read_only or reader.kind != "checkpointer":
+        yield None
+        return
+    with Database.open(url, schema=schema) as db:
+        db.check_schema()
+        yield db
+
+
+@contextmanager
+def open_source(
+    url: str,
+    *,
+    schema: str | None = None,
+    specs: Mapping[str, AnyChannel] | None = None,
+    read_only: bool = False,
+    serde: Any = None,
+) -> Iterator[ReaderSource]:
+    """The viewer's source for `url`: read through `open_reader` as the CLI reads, writable
+    for the actions unless `read_only` or a LangGraph database."""
+    from checkpointer.inspect import open_reader
+
+    with (
+        open_reader(url, schema=schema, serde=serde) as reader,
+        writer_for(reader, url, schema=schema, read_only=read_only) as writer,
+    ):
+        yield ReaderSource(reader, specs=specs, writer=writer)
 
 
 def _target_name(target: str) -> str:

@@ -90,7 +90,7 @@ def items_html(items: Sequence[Any], *, start: int, depth: int = 0) -> Markup:
     if not items:
         return Markup('<span class="v-empty">[]</span>')
     shown = [
-        Markup('<li value="{}">{}</li>').format(start + i, _html(v, depth + 1))
+        Markup('<li value="{}">{}</li>').format(start + i, _html(jsonable(v), depth + 1))
         for i, v in enumerate(items[:MAX_ITEMS])
     ]
     if len(items) > MAX_ITEMS:

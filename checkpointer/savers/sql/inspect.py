@@ -158,7 +158,11 @@ class ThreadSummary:
 
 
 def thread_summaries_plan(
-    d: Dialect, sort: str = "updated", limit: int | None = None, offset: int = 0
+    d: Dialect,
+    sort: str = "updated",
+    limit: int | None = None,
+    offset: int = 0,
+    thread_ids: Sequence[str] | None = None,
 ) -> Plan[tuple[int, list[ThreadSummary]]]:
     """(number of threads, the summaries sorted and limited) in two statements.
 
@@ -169,14 +173,22 @@ def thread_summaries_plan(
     if sort not in THREAD_SORTS:
         raise ValueError(f"unknown sort {sort!r}; expected one of {', '.join(THREAD_SORTS)}")
     q = _Sql(d)
-    total_rows = yield Stmt(f"SELECT COUNT(DISTINCT thread_id) FROM {d.checkpoints}", (), True)
+    params: dict[str, Any] = {}
+    only = ""
+    if thread_ids is not None:
+        if not thread_ids:
+            return 0, []
+        params["ids"] = d.list_param(sorted({str(t) for t in thread_ids}))
+        only = f" WHERE {d.in_list('thread_id', 'ids')}"
+    total_rows = yield Stmt(
+        f"SELECT COUNT(DISTINCT thread_id) FROM {d.checkpoints}{only}", dict(params), True
+    )
     order = {
         "updated": "(q.last_ts IS NULL), q.last_ts DESC, q.thread_id",
         "count": "q.n DESC, q.thread_id",
         "bytes": "q.bytes DESC, q.thread_id",
         "id": "q.thread_id",
     }[sort]
-    params: dict[str, Any] = {}
     head = (
         f"FROM {d.checkpoints} h WHERE h.thread_id = s.thread_id AND h.checkpoint_id = s.last_id "
         "ORDER BY h.checkpoint_ns LIMIT 1"
@@ -185,10 +197,11 @@ def thread_summaries_plan(
         "WITH c AS (SELECT thread_id, COUNT(*) AS n, "
         "COALESCE(MAX(CASE WHEN checkpoint_ns = '' THEN checkpoint_id END), "
         f"MAX(checkpoint_id)) AS last_id, SUM({q.record_size()}) AS rec_bytes, "
-        f"{q.distinct_list('checkpoint_ns')} AS nss FROM {d.checkpoints} GROUP BY thread_id), "
-        f"b AS (SELECT thread_id, SUM({q.size('blob')}) AS bytes FROM {d.blobs} "
+        f"{q.distinct_list('checkpoint_ns')} AS nss FROM {d.checkpoints}{only} "
         "GROUP BY thread_id), "
-        f"w AS (SELECT thread_id, SUM({q.size('blob')}) AS bytes FROM {d.writes} "
+        f"b AS (SELECT thread_id, SUM({q.size('blob')}) AS bytes FROM {d.blobs}{only} "
+        "GROUP BY thread_id), "
+        f"w AS (SELECT thread_id, SUM({q.size('blob')}) AS bytes FROM {d.writes}{only} "
         "GROUP BY thread_id), "
         "s AS (SELECT c.thread_id, c.n, c.last_id, c.nss, "
         "c.rec_bytes + COALESCE(b.bytes, 0) + COALESCE(w.bytes, 0) AS bytes FROM c "
