@@ -1164,6 +1164,44 @@ def record_stmt(d: Dialect, thread_id: str, ns: str, checkpoint_id: str) -> Stmt
     )
 
 
+def inline_sources_stmt(
+    d: Dialect, thread_id: str, ns: str, wanted: Sequence[tuple[str, str]]
+) -> Stmt:
+    """For each (channel, version) in `wanted`, the value a record of the thread keeps
+    inline at that version, if any does: rows (position in `wanted`, JSON type, text), see
+    `inline.from_sql`. A put asks it for the unchanged channels whose version its parent's
+    record does not hold (a `__copy__` fork written beside its original, a re-put of an
+    existing checkpoint): their values then live in its own record too."""
+    p = d.p
+    params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    for i, (channel, version) in enumerate(wanted):
+        params[f"ch{i}"], params[f"v{i}"] = channel, version
+        params[f"ik{i}"] = inline_probe(channel)
+
+    def build() -> str:
+        parts = []
+        for i in range(len(wanted)):
+            kind, text = d.inline_value("c.checkpoint", p(f"ch{i}"))
+            parts.append(
+                f"SELECT * FROM (SELECT {d.bigint(str(i))} AS i, {kind} AS kind, {text} AS text "
+                f"FROM {d.checkpoints} c WHERE c.thread_id = {p('thread_id')} "
+                f"AND c.checkpoint_ns = {p('checkpoint_ns')} "
+                f"AND {d.inline_has('c.checkpoint', p(f'ch{i}'), p(f'ik{i}'))} "
+                f"AND {d.version_of('c.checkpoint', p(f'ch{i}'))} = {d.text(p(f'v{i}'))} "
+                f"ORDER BY c.checkpoint_id DESC LIMIT 1) s{i}"
+            )
+        return " UNION ALL ".join(parts)
+
+    return Stmt(d.sql(("inline_sources", len(wanted)), build), params, fetch=True)
+
+
+def decode_inline_sources(
+    rows: Sequence[Row], wanted: Sequence[tuple[str, str]], where: Where
+) -> Inline:
+    """The `inline_sources_stmt` result as {channel: value}."""
+    return {wanted[int(i)][0]: from_sql(kind, text, where) for i, kind, text in rows}
+
+
 def put_writes_op(
     d: Dialect,
     serde: Serializer,
