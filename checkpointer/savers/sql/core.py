@@ -321,6 +321,11 @@ class Dialect:
     def decode_write_key(self, stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
         return str(stored_task_id), int(stored_idx)
 
+    def task_name(self, task_id: str) -> str | None:
+        """What the writes table's `task_name` holds for `task_id`: where the task id
+        column holds every id as it is (SQLite's text), nothing."""
+        return None
+
     def versions_join(self, record: str, alias: str) -> str:
         """A FROM fragment listing `record`'s channel_versions as rows (`alias`.key, .value)."""
         raise NotImplementedError
@@ -484,8 +489,10 @@ class Dialect:
         rows: list[tuple[int, str, str, bytes]],
         replace: bool,
         now: datetime,
+        task_name: str | None = None,
     ) -> Op[None]:
-        """The writes and the thread summary, in one transaction."""
+        """The writes and the thread summary, in one transaction (`task_name`: see
+        `Dialect.task_name`)."""
         raise NotImplementedError
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
@@ -545,7 +552,7 @@ def _tuples_sql(d: Dialect, page_sql: str) -> str:
         + d.lookup(
             d.writes,
             "w",
-            "w.task_path, w.task_id, w.channel, w.type, w.idx, w.blob",
+            "w.task_path, w.task_id, w.task_name, w.channel, w.type, w.idx, w.blob",
             "w.thread_id = t.thread_id AND w.checkpoint_ns = t.checkpoint_ns "
             "AND w.checkpoint_id = t.checkpoint_id",
         )
@@ -936,7 +943,7 @@ def delta_history_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[st
             + d.lookup(
                 d.writes,
                 "wr",
-                "wr.task_path, wr.task_id, wr.channel, wr.type, wr.idx, wr.blob",
+                "wr.task_path, wr.task_id, wr.task_name, wr.channel, wr.type, wr.idx, wr.blob",
                 f"wr.thread_id = {p('thread_id')} AND wr.checkpoint_ns = {p('checkpoint_ns')} "
                 "AND wr.checkpoint_id = w.checkpoint_id",
             )
@@ -1219,6 +1226,7 @@ def put_writes_op(
     if not writes:
         return None
     stored_task_id, _ = d.encode_write_key(task_id, 0)
+    task_name = d.task_name(task_id)
     replace = is_special_batch([channel for channel, _ in writes])
     dumps = serde.dumps_typed
     located = is_located(serde)
@@ -1245,6 +1253,7 @@ def put_writes_op(
             list(rows.values()),
             replace,
             resolve_now(None),
+            task_name,
         )
     )
 
