@@ -9,8 +9,11 @@ import uuid
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from checkpointer.ids import new_checkpoint_id
+from checkpointer.savers.memory import InMemorySaver
 from checkpointer.types import Checkpoint, empty_checkpoint, make_config
 from tests.conftest import Harness
 
@@ -98,3 +101,71 @@ async def test_values_resolve_when_the_channel_moved_on_in_the_parent(h: Harness
 @pytest.fixture
 def h(harness: Harness) -> Harness:
     return harness
+
+
+# One op: ("step", parent pick, {channel: value}) stores new versions on a child of a
+# checkpoint; ("copy", source pick, parent pick) puts a checkpoint's versions (no new
+# ones) under any checkpoint or none, as `__copy__` forks and replays do; ("reput", pick)
+# puts an existing checkpoint again with no new versions.
+_value = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3), st.just(BIG))
+_op = st.one_of(
+    st.tuples(
+        st.just("step"),
+        st.integers(0, 50),
+        st.dictionaries(st.sampled_from("abc"), _value, min_size=1, max_size=3),
+    ),
+    st.tuples(st.just("copy"), st.integers(0, 50), st.one_of(st.none(), st.integers(0, 50))),
+    st.tuples(st.just("reput"), st.integers(0, 50)),
+)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(_op, min_size=1, max_size=12))
+async def test_every_checkpoint_reads_the_values_of_its_versions(
+    h: Harness, ops: list[tuple[Any, ...]]
+) -> None:
+    """Whatever the puts, each checkpoint reads back what the in-memory saver (values
+    keyed by version only) gives for it."""
+    thread_id = _thread()
+    oracle = Harness(InMemorySaver(), "memory")
+    saved: list[tuple[Any, Checkpoint]] = []  # (parent config, checkpoint) as put
+    counter = 0
+    for op in ops:
+        if op[0] == "step" or not saved:
+            values = op[2] if op[0] == "step" else {"a": 0}
+            parent = saved[op[1] % len(saved)] if saved else None
+            versions = dict(parent[1]["channel_versions"]) if parent else {}
+            new = {}
+            for channel in values:
+                counter += 1
+                new[channel] = f"{counter:032}.0"
+            versions.update(new)
+            cp = _checkpoint(versions, values)
+            parent_config = (
+                make_config(thread_id, "", parent[1]["id"]) if parent else make_config(thread_id)
+            )
+            puts = [(parent_config, cp, new)]
+        elif op[0] == "copy":
+            source = saved[op[1] % len(saved)][1]
+            parent_config = (
+                make_config(thread_id)
+                if op[2] is None
+                else make_config(thread_id, "", saved[op[2] % len(saved)][1]["id"])
+            )
+            puts = [(parent_config, _checkpoint(source["channel_versions"], {}), {})]
+        else:
+            parent_config, cp = saved[op[1] % len(saved)]
+            puts = [(parent_config, cp, {})]
+        for parent_config, cp, new in puts:
+            for saver in (h, oracle):
+                await saver.put(parent_config, cp, {"step": len(saved)}, new)
+            saved.append((parent_config, cp))
+    for _, cp in saved:
+        config = make_config(thread_id, "", cp["id"])
+        assert await _values(h, config) == await _values(oracle, config)
