@@ -70,13 +70,13 @@ def task_name(task_id: str) -> str | None:
     if isinstance(task_id, str) and (_UUID_TEXT.match(task_id) or _NEGATIVE_STEP_ID.match(task_id)):
         return None
     if not isinstance(task_id, str):
-        raise ValueError(f"task id must be a string, got {task_id!r}")
+        raise ConfigError(f"task id must be a string, got {task_id!r}")
     if "\x00" in task_id:
-        raise ValueError(f"task id {task_id!r} holds NUL, which PostgreSQL text cannot store")
+        raise ConfigError(f"task id {task_id!r} holds NUL, which PostgreSQL text cannot store")
     try:
         task_id.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"task id {task_id!r} is not valid UTF-8 (a lone surrogate)") from None
+        raise ConfigError(f"task id {task_id!r} is not valid UTF-8 (a lone surrogate)") from None
     return task_id
 
 
