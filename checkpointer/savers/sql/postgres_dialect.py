@@ -396,10 +396,15 @@ class PostgresDialect(Dialect):
             "checkpoint_ns": ns,
             "checkpoint_id": checkpoint_id,
             "task_id": task_id,
-            "task_name": task_name,
             "task_path": task_path,
             "now": self.ts_param(now),
         }
+        # A named task (see `task_name`) also stores its name; every UUID id leaves the
+        # column out, so the hot path's statement is the one it always was.
+        named_column, named_value = "", ""
+        if task_name is not None:
+            params["task_name"] = task_name
+            named_column, named_value = "task_name, ", "%(task_name)s::text, "
         # Writes and thread summary in one statement. `prior` (the rows as they were) and
         # `ins` (what was inserted or replaced) give the bytes added exactly.
         sql = (
@@ -409,9 +414,9 @@ class PostgresDialect(Dialect):
             "AND w.checkpoint_id = %(checkpoint_id)s AND w.task_id = %(task_id)s::uuid "
             "AND w.idx IN (SELECT x.idx FROM x)), "
             f"ins AS (INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, "
-            "task_id, task_name, task_path, idx, channel, type, blob) SELECT %(thread_id)s, "
-            "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, %(task_name)s::text, "
-            "%(task_path)s, x.idx, x.channel, x.type, x.blob FROM x "
+            f"task_id, {named_column}task_path, idx, channel, type, blob) SELECT "
+            "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, "
+            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob FROM x "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
             f"RETURNING idx, {self.size('blob')} AS n) "
             f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
