@@ -19,11 +19,16 @@ allowlist (`with_allowlist`, handed over when LANGGRAPH_STRICT_MSGPACK=true).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import importlib
+import inspect
+import math
+import os
 import sys
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +44,13 @@ from langgraph.types import Overwrite as LangGraphOverwrite
 
 from checkpointer.channels.markers import DeltaSnapshot, Overwrite
 from checkpointer.errors import DeserializationError
+from checkpointer.langgraph_lifecycle import (
+    Opening,
+    aclose_saver,
+    asetup_saver,
+    close_saver,
+    setup_saver,
+)
 from checkpointer.savers.base import BaseCheckpointSaver
 from checkpointer.serde.classes import find_loaded, registered_named
 from checkpointer.serde.msgpack_serde import MsgpackSerializer, register_codec
@@ -134,12 +146,21 @@ def _extend(
 # ------------------------------------------------------------ value conversion
 _LANGGRAPH_MARKERS = (_DeltaSnapshot, LangGraphOverwrite)
 _OUR_MARKERS = (DeltaSnapshot, Overwrite)
+_CONVERTED_ON_PUT = (*_LANGGRAPH_MARKERS, BaseException)
+"""Values LangGraph hands us that are stored in another form (one isinstance per value)."""
 
 
 def _stored_value(value: Any) -> Any:
-    """LangGraph's markers as ours, so our tools (CLI, prune) recognise them."""
-    if not isinstance(value, _LANGGRAPH_MARKERS):  # almost every value: one check
+    """LangGraph's markers as ours, so our tools (CLI, prune) recognise them; an exception
+    as its repr, the form LangGraph's own savers store (its serializer writes any exception
+    so), which LangGraph and its apps read back: a failed task's `error` in a state
+    snapshot is a string, and so is the error an error handler gets on resume. Our own
+    runtime (`checkpointer.graph`) writes through the saver directly and keeps exceptions
+    as they were."""
+    if not isinstance(value, _CONVERTED_ON_PUT):  # almost every value: one check
         return value
+    if isinstance(value, BaseException):
+        return repr(value)
     if isinstance(value, _DeltaSnapshot):
         return DeltaSnapshot(value.value)
     return Overwrite(value.value)
@@ -184,7 +205,7 @@ def _langgraph_tuple(tup: CheckpointTuple | None) -> LangGraphTuple | None:
 def _stored_checkpoint(checkpoint: LangGraphCheckpoint) -> Any:
     stored = dict(checkpoint)
     values = checkpoint["channel_values"]
-    if any(isinstance(v, _LANGGRAPH_MARKERS) for v in values.values()):
+    if any(isinstance(v, _CONVERTED_ON_PUT) for v in values.values()):
         stored["channel_values"] = {k: _stored_value(v) for k, v in values.items()}
     else:
         stored["channel_values"] = dict(values)
@@ -194,9 +215,10 @@ def _stored_checkpoint(checkpoint: LangGraphCheckpoint) -> Any:
 
 
 def _stored_writes(writes: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The writes, as a list of their own, with LangGraph's markers as ours (every step
-    writes, markers are rare: most batches need no per-write conversion)."""
-    if any(isinstance(value, _LANGGRAPH_MARKERS) for _, value in writes):
+    """The writes, as a list of their own, with LangGraph's markers as ours and exceptions
+    as their repr (every step writes, these are rare: most batches need no per-write
+    conversion)."""
+    if any(isinstance(value, _CONVERTED_ON_PUT) for _, value in writes):
         return [(channel, _stored_value(value)) for channel, value in writes]
     return list(writes)
 
@@ -207,10 +229,54 @@ def _langgraph_history(
     out: dict[str, LangGraphHistory] = {}
     for channel, history in histories.items():
         entry: LangGraphHistory = {"writes": _langgraph_writes(history["writes"]) or []}
-        if "seed" in history:
+        # A stored None seeds our savers' walks (DESIGN 3.3), but LangGraph's savers give
+        # no seed for it (its PostgreSQL saver cannot tell a stored null from none, and its
+        # tests expect the key absent): LangGraph then replays the writes from an empty
+        # channel, which its reducers take where None would break most of them.
+        if history.get("seed") is not None:
             entry["seed"] = _langgraph_value(history["seed"])
         out[channel] = entry
     return out
+
+
+# Run config keys LangGraph's savers never copy into checkpoint metadata (they address the
+# checkpoint or describe the running task: see `get_checkpoint_metadata` in
+# langgraph.checkpoint.base, whose rules `run_metadata` follows).
+_RUN_KEYS_NOT_IN_METADATA = frozenset(
+    {
+        "thread_id",
+        "checkpoint_id",
+        "checkpoint_ns",
+        "checkpoint_map",
+        "langgraph_step",
+        "langgraph_node",
+        "langgraph_triggers",
+        "langgraph_path",
+        "langgraph_checkpoint_ns",
+    }
+)
+
+
+def run_metadata(config: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
+    """`metadata` plus the run's own keys, as LangGraph's savers store it, so that
+    `list(None, filter={"user_id": ...})` finds a user's checkpoints: each scalar (str,
+    int, float, bool) of `config["metadata"]`, then of `config["configurable"]`, that the
+    metadata does not already have, except keys starting with "__" (LangGraph's internals)
+    and those naming the checkpoint or the task. Unlike LangGraph, NUL characters are kept:
+    the savers store them losslessly; a NaN or infinite number is left out (it is not
+    JSON, and the run's config should not make its checkpoints unstorable)."""
+    merged = dict(metadata)
+    for source in (config.get("metadata"), config.get("configurable")):
+        if not source:
+            continue
+        for key, value in source.items():
+            if key in merged or key in _RUN_KEYS_NOT_IN_METADATA or key.startswith("__"):
+                continue
+            if isinstance(value, (str, int, bool)) or (
+                isinstance(value, float) and math.isfinite(value)  # NaN is not JSON
+            ):
+                merged[key] = value
+    return merged
 
 
 class LangGraphSaver(LangGraphBaseSaver[str]):
@@ -236,6 +302,80 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         # CLI's API, retention with materialization) loads what LangGraph stored.
         saver.serde = serde
         self.saver = saver
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def from_conn_string(
+        cls,
+        conn_string: str | os.PathLike[str],
+        *,
+        setup: bool = True,
+        allowed_types: Sequence[type] = (),
+        allowed_modules: Sequence[str] = (),
+        **options: Any,
+    ) -> Opening[LangGraphSaver]:
+        """A checkpointer on a database URL, as a context manager that closes it: `with`
+        gives one on a sync saver, `async with` one on an async saver (the shapes of
+        LangGraph's `SqliteSaver`/`PostgresSaver` and `AsyncSqliteSaver`/
+        `AsyncPostgresSaver.from_conn_string`). `conn_string` is a `postgresql://` URL, a
+        `sqlite:///path` URL, a path, or ":memory:"; `options` go to the saver (`schema=`,
+        `pool=`, `serde=`, ...). The schema is created or upgraded on open unless
+        `setup=False` (idempotent, and a no-op on a current schema, so an app that also
+        calls `setup()` as LangGraph's docs do loses nothing)."""
+
+        def wrap(saver: BaseCheckpointSaver) -> LangGraphSaver:
+            return cls(saver, allowed_types=allowed_types, allowed_modules=allowed_modules)
+
+        return Opening(wrap, conn_string, setup, options)
+
+    @classmethod
+    def afrom_conn_string(
+        cls,
+        conn_string: str | os.PathLike[str],
+        *,
+        setup: bool = True,
+        allowed_types: Sequence[type] = (),
+        allowed_modules: Sequence[str] = (),
+        **options: Any,
+    ) -> AbstractAsyncContextManager[LangGraphSaver]:
+        """`from_conn_string` for `async with`, named for async code that says so."""
+        return cls.from_conn_string(
+            conn_string,
+            setup=setup,
+            allowed_types=allowed_types,
+            allowed_modules=allowed_modules,
+            **options,
+        )
+
+    def setup(self) -> Awaitable[None] | None:
+        """Create or upgrade the schema (idempotent). On an async saver, called from its
+        event loop, returns an awaitable: `await checkpointer.setup()` as with LangGraph's
+        async savers."""
+        return setup_saver(self.saver)
+
+    async def asetup(self) -> None:
+        await asetup_saver(self.saver)
+
+    def close(self) -> Awaitable[None] | None:
+        """Close the saver (on an async one's event loop: an awaitable, see `setup`)."""
+        return close_saver(self.saver)
+
+    async def aclose(self) -> None:
+        await aclose_saver(self.saver)
+
+    def __enter__(self) -> LangGraphSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pending = self.close()
+        if inspect.isawaitable(pending):  # an async saver on its own loop: `async with`
+            self._closing = asyncio.ensure_future(pending)  # is the way; close it anyway
+
+    async def __aenter__(self) -> LangGraphSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # LangGraph calls this when it compiles a graph with LANGGRAPH_STRICT_MSGPACK=true,
     # with (module, name) of the types in its state schema.
@@ -285,7 +425,9 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         metadata: LangGraphMetadata,
         new_versions: ChannelVersions,
     ) -> Any:
-        return self.saver.put(config, _stored_checkpoint(checkpoint), metadata, new_versions)
+        return self.saver.put(
+            config, _stored_checkpoint(checkpoint), run_metadata(config, metadata), new_versions
+        )
 
     def put_writes(
         self,
@@ -348,7 +490,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         return await self.saver.aput(
             config,
             _stored_checkpoint(checkpoint),
-            metadata,
+            run_metadata(config, metadata),
             new_versions,
         )
 

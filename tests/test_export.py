@@ -244,3 +244,30 @@ class _RowsOnly(MsgpackSerializer):
     """Stores every value as a value row, as savers did before inline values."""
 
     stores_scalars_inline = False
+
+
+def test_task_ids_that_are_not_uuids_move_between_databases(tmp_path: Path) -> None:
+    """Named task ids (a uuid-derived key and the name on PostgreSQL) export as the ids
+    given, import exactly into either database, and export back the same."""
+    with empty_db("sqlite", tmp_path) as source, empty_db("postgres", tmp_path) as target:
+        with source.saver() as saver:
+            config = saver.put(make_config("named"), empty_checkpoint(), {"step": -1}, {})
+            for task_id in ("task-2", "task-1", "00000000-0000-0000-0000-000000000001"):
+                saver.put_writes(config, [("x", task_id), ("__error__", "e")], task_id)
+            want = saver.get_tuple(config)
+        path = tmp_path / "named.jsonl"
+        path.write_text(_export(source))
+        run_json("import", str(path), *target.args)
+        with target.saver() as pg:
+            got = pg.get_tuple(config)
+        assert got is not None and want is not None
+        assert got.pending_writes == want.pending_writes
+        assert [w[0] for w in got.pending_writes or []][::2] == [
+            "00000000-0000-0000-0000-000000000001",
+            "task-1",
+            "task-2",
+        ]
+        back = _export(target).splitlines()[1:]
+        assert [json.loads(line) for line in back] == [
+            json.loads(line) for line in path.read_text().splitlines()[1:]
+        ]

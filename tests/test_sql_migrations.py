@@ -214,7 +214,7 @@ def _pg_version(pg_url: str, schema: str) -> list[tuple[str]]:
 
 
 def test_pg_unsetup_and_newer_schema_raise(pg_url: str, pg_schema: str) -> None:
-    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, setup=False) as saver:
         with pytest.raises(SchemaVersionError, match="checkpointer migrate --url URL"):
             saver.get_tuple(make_config("t"))
         saver.setup()
@@ -223,15 +223,24 @@ def test_pg_unsetup_and_newer_schema_raise(pg_url: str, pg_schema: str) -> None:
     assert _pg_version(pg_url, pg_schema) == [(SCHEMA_REVISION,)]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'UPDATE "{pg_schema}".{VERSION_TABLE} SET version_num = %s', ("9999",))
-    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False) as saver:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False, setup=False) as saver:
         with pytest.raises(SchemaVersionError, match="newer"):
             saver.get_tuple(make_config("t"))
         with pytest.raises(SchemaVersionError, match="newer"):
             saver.setup()
+    opening = PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False)
+    with pytest.raises(SchemaVersionError, match="newer"):  # set up on open by default
+        opening.__enter__()
+
+
+def test_pg_from_conn_string_sets_up_by_default_like_sqlite(pg_url: str, pg_schema: str) -> None:
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False) as saver:
+        assert saver.get_tuple(make_config("t")) is None
+    assert _pg_version(pg_url, pg_schema) == [(SCHEMA_REVISION,)]
 
 
 async def test_async_pg_unsetup_raises(pg_url: str, pg_schema: str) -> None:
-    async with AsyncPostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
+    async with AsyncPostgresSaver.from_conn_string(pg_url, schema=pg_schema, setup=False) as saver:
         with pytest.raises(SchemaVersionError):
             await saver.aget_tuple(make_config("t"))
         await saver.setup()
@@ -395,6 +404,7 @@ def test_sqlite_upgrade_to_0003_reads_0002_rows_and_goes_on_inline(tmp_path: Pat
         chain.step(values={"n": 2}, writes=[("seed", "c")])
     with sqlite3.connect(path) as conn:
         conn.execute(f"UPDATE {VERSION_TABLE} SET version_num = '0002'")
+        conn.execute("ALTER TABLE checkpointer_writes DROP COLUMN task_name")  # from 0005
         assert conn.execute("SELECT count(*) FROM checkpointer_blobs").fetchone()[0] == 4
     with (
         pytest.raises(SchemaVersionError),  # this code reads 0003 databases only
@@ -501,3 +511,54 @@ def test_sqlite_upgrade_to_0004_hands_summaries_to_triggers(tmp_path: Path) -> N
 def _triggers(conn: sqlite3.Connection) -> list[str]:
     rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
     return [r[0] for r in rows]
+
+
+# ------------------------------------------------------------------ 0004 -> 0005
+def _upgrade_from_0004_and_name_a_task(saver: Any) -> None:
+    """A thread written at 0004 reads back unchanged after the upgrade; then a task id
+    that is not a UUID is stored and read back exactly beside the old UUID one."""
+    _assert_old_rows_read_back(saver.get_tuple(make_config("old-thread")))
+    config = make_config("old-thread", "", "cp-1")
+    saver.put_writes(config, [("state", "named")], "task-1")
+    tup = saver.get_tuple(config)
+    assert tup.pending_writes == [
+        (str(uuid.UUID(int=1)), "state", "pending"),
+        ("task-1", "state", "named"),
+    ]
+
+
+def test_sqlite_upgrade_to_0005_keeps_writes_and_takes_any_task_id(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0004")):
+            conn.execute(statement)
+        _write_rows_at_first_revision(conn.execute, "?")
+    with (
+        SqliteSaver.from_conn_string(path, setup=False) as saver,
+        pytest.raises(SchemaVersionError, match="older"),
+    ):
+        saver.get_tuple(make_config("old-thread"))
+    migrate(f"sqlite:///{path}")
+    assert _version(path) == [("0005",)]
+    with SqliteSaver.from_conn_string(path, setup=False) as saver:
+        _upgrade_from_0004_and_name_a_task(saver)
+
+
+def test_pg_upgrade_to_0005_keeps_writes_and_takes_any_task_id(pg_url: str, pg_schema: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+        for statement in split_statements(
+            render_upgrade_sql("postgresql", pg_schema, None, "0004")
+        ):
+            conn.execute(statement)
+        _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False) as saver:
+        _upgrade_from_0004_and_name_a_task(saver)  # set up (upgraded) on open
+    assert _pg_version(pg_url, pg_schema) == [("0005",)]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute(
+            f'SELECT task_id::text, task_name FROM "{pg_schema}".checkpointer_writes '
+            "ORDER BY task_name NULLS FIRST"
+        ).fetchall()
+    assert rows[0] == (str(uuid.UUID(int=1)), None)  # UUID ids: stored as before
+    assert rows[1][1] == "task-1" and uuid.UUID(rows[1][0])

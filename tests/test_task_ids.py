@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from checkpointer.ids import task_id_for
-from checkpointer.savers.sql.postgres_dialect import decode_write_key, encode_write_key
+from checkpointer.savers.sql.postgres_dialect import decode_write_key, encode_write_key, task_name
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import Harness
 
@@ -77,6 +77,68 @@ def test_postgres_write_key_encoding_is_exact(task_id: str, idx: int) -> None:
     assert (stored_id, stored_idx) < ("00000000-" + task_id[9:], -4)
 
 
-def test_postgres_refuses_other_non_uuid_ids() -> None:
-    with pytest.raises(ValueError, match="not a canonical UUID"):
-        encode_write_key("task-1", 0)
+@pytest.mark.parametrize("task_id", ["task-1", "A" * 200, "ünïcode task", "", "{x}"])
+def test_postgres_stores_other_ids_under_a_derived_uuid_and_their_name(task_id: str) -> None:
+    stored_id, stored_idx = encode_write_key(task_id, 3)
+    uuid.UUID(stored_id)
+    assert encode_write_key(task_id, 3) == (stored_id, 3)  # the same key on a re-send
+    assert task_name(task_id) == task_id
+    # Readers select the name in place of the uuid (`task_id_text`).
+    assert decode_write_key(task_id, stored_idx) == (task_id, 3)
+
+
+def test_postgres_refuses_task_ids_its_text_cannot_hold() -> None:
+    for bad in ("a\x00b", "lone \ud800"):
+        with pytest.raises(ValueError, match="task id"):
+            task_name(bad)
+    assert task_name(str(uuid.uuid4())) is None
+    assert task_name(f"-0000001-{NULL_TAIL}") is None
+
+
+# Ids as LangGraph's checkpoint tests and other runtimes write them, mixed with UUIDs.
+MIXED_IDS = ["task-1", "task-2", "Task-10", str(uuid.uuid4()), "z" * 80, "ünï", "a b"]
+
+
+async def test_any_task_id_round_trips_in_text_order(harness: Harness) -> None:
+    """Every saver takes any task id string and gives it back exactly, its writes in
+    (task_path, task_id, idx) order with ids compared as text, as LangGraph's savers do."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    config = await _anchor(harness, thread)
+    for task_id in reversed(MIXED_IDS):
+        await harness.put_writes(config, [("messages", task_id), ("x", 1)], task_id)
+        await harness.put_writes(config, [("messages", task_id), ("x", 1)], task_id)  # resent
+    await harness.put_writes(config, [("__error__", "boom")], "task-1")
+    await harness.put_writes(config, [("__error__", "again")], "task-1")  # replaces
+    tup = await harness.get_tuple(config)
+    assert tup is not None
+    expected = [(i, "messages", i) for i in sorted(MIXED_IDS)]
+    writes = [w for w in tup.pending_writes or [] if w[1] == "messages"]
+    assert writes == expected
+    assert [w for w in tup.pending_writes or [] if w[1] == "__error__"] == [
+        ("task-1", "__error__", "again")
+    ]
+    child = await harness.put(config, empty_checkpoint(), {"step": 0}, {})
+    history = await harness.delta(child, ["messages"])
+    assert [w[0] for w in history["messages"]["writes"]] == sorted(MIXED_IDS)
+    # Copies keep the names.
+    await harness.copy_thread(thread, thread + "-copy")
+    copied = await harness.get_tuple(
+        make_config(thread + "-copy", "", config["configurable"]["checkpoint_id"])
+    )
+    assert copied is not None
+    assert sorted(copied.pending_writes or []) == sorted(tup.pending_writes or [])
+
+
+async def test_a_task_id_postgres_cannot_hold_is_a_config_error(harness: Harness) -> None:
+    from checkpointer.errors import ConfigError
+
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    config = await _anchor(harness, thread)
+    await harness.put_writes(config, [("x", 1)], "task-1")
+    if harness.kind.endswith("postgres"):
+        with pytest.raises(ConfigError, match="NUL"):
+            await harness.put_writes(config, [("x", 2)], "task\x00two")
+    else:  # text columns (and the in-memory saver) hold any string
+        await harness.put_writes(config, [("x", 2)], "task\x00two")
+    tup = await harness.get_tuple(config)
+    assert tup is not None and ("task-1", "x", 1) in (tup.pending_writes or [])

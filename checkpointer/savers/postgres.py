@@ -119,12 +119,14 @@ class PostgresSaver(SyncSqlSaver):
         conn_string: str,
         *,
         pool: bool = True,
-        setup: bool = False,
+        setup: bool = True,
         prepare_threshold: int | None = 5,
         **kwargs: Any,
     ) -> Iterator[PostgresSaver]:
         """A saver on a URL, closed on exit: a pool (default) or, with `pool=False`, one
-        connection. `setup=True` also creates or upgrades the schema."""
+        connection. The schema is created or upgraded on open, as on SQLite, unless
+        `setup=False` (a current schema is only read, so a role without DDL rights can
+        open it)."""
         if pool:
             saver = cls(conn_string, prepare_threshold=prepare_threshold, **kwargs)
         else:
@@ -200,7 +202,7 @@ class AsyncPostgresSaver(AsyncSqlSaver):
         conn_string: str,
         *,
         pool: bool = True,
-        setup: bool = False,
+        setup: bool = True,
         prepare_threshold: int | None = 5,
         **kwargs: Any,
     ) -> AsyncIterator[AsyncPostgresSaver]:

@@ -535,12 +535,17 @@ def _sql_program(
     pg = d.name == "postgresql"
 
     def col(c: str) -> str:
-        return d.task_id_text(c) if c == "task_id" else c
+        # The key as stored (a named task's derived uuid on PostgreSQL); the id the saver
+        # was given is read beside it, for the value's location.
+        return f"CAST({c} AS text)" if (pg and c == "task_id") else c
 
     def param(c: str, p: str) -> str:
         return f"CAST({d.p(p)} AS uuid)" if (pg and c == "task_id") else d.p(p)
 
-    select_cols = ", ".join([*(col(c) for c in pk), *([extra] if extra else []), "type", "blob"])
+    given = [d.task_id_text("task_id")] if table == "writes" else []
+    select_cols = ", ".join(
+        [*(col(c) for c in pk), *([extra] if extra else []), *given, "type", "blob"]
+    )
     after_cond = f"({', '.join(pk)}) > ({', '.join(param(c, f'a{i}') for i, c in enumerate(pk))})"
     where_key = " AND ".join(f"{c} = {param(c, f'k{i}')}" for i, c in enumerate(pk))
     update = (
@@ -577,7 +582,7 @@ def _sql_program(
             else:
                 # The task id and slot as the saver was given them (PostgreSQL stores some
                 # LangGraph task ids shifted into idx): the location it reads them at.
-                task_id, idx = d.decode_write_key(key[3], key[4])
+                task_id, idx = d.decode_write_key(row[6], key[4])
                 location = ValueLocation.write(key[0], key[1], key[2], task_id, idx, row[5])
             new_tag, new_blob = enc.reseal(data, location, bind=bind)
             report.rewritten += 1

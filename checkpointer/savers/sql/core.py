@@ -345,6 +345,11 @@ class Dialect:
     def decode_write_key(self, stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
         return str(stored_task_id), int(stored_idx)
 
+    def task_name(self, task_id: str) -> str | None:
+        """What the writes table's `task_name` holds for `task_id`: where the task id
+        column holds every id as it is (SQLite's text), nothing."""
+        return None
+
     def versions_join(self, record: str, alias: str) -> str:
         """A FROM fragment listing `record`'s channel_versions as rows (`alias`.key, .value)."""
         raise NotImplementedError
@@ -513,8 +518,10 @@ class Dialect:
         rows: list[tuple[int, str, str, bytes]],
         replace: bool,
         now: datetime,
+        task_name: str | None = None,
     ) -> Op[None]:
-        """The writes and the thread summary, in one transaction."""
+        """The writes and the thread summary, in one transaction (`task_name`: see
+        `Dialect.task_name`)."""
         raise NotImplementedError
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
@@ -581,7 +588,7 @@ def _tuples_sql(d: Dialect, page_sql: str) -> str:
         + d.lookup(
             d.writes,
             "w",
-            "w.task_path, w.task_id, w.channel, w.type, w.idx, w.blob",
+            "w.task_path, w.task_id, w.task_name, w.channel, w.type, w.idx, w.blob",
             "w.thread_id = t.thread_id AND w.checkpoint_ns = t.checkpoint_ns "
             "AND w.checkpoint_id = t.checkpoint_id",
         )
@@ -1020,7 +1027,7 @@ def delta_history_stmt(
             + d.lookup(
                 d.writes,
                 "wr",
-                "wr.task_path, wr.task_id, wr.channel, wr.type, wr.idx, wr.blob",
+                "wr.task_path, wr.task_id, wr.task_name, wr.channel, wr.type, wr.idx, wr.blob",
                 f"wr.thread_id = {p('thread_id')} AND wr.checkpoint_ns = {p('checkpoint_ns')} "
                 "AND wr.checkpoint_id = w.checkpoint_id",
             )
@@ -1328,6 +1335,44 @@ def record_stmt(d: Dialect, thread_id: str, ns: str, checkpoint_id: str) -> Stmt
     )
 
 
+def inline_sources_stmt(
+    d: Dialect, thread_id: str, ns: str, wanted: Sequence[tuple[str, str]]
+) -> Stmt:
+    """For each (channel, version) in `wanted`, the value a record of the thread keeps
+    inline at that version, if any does: rows (position in `wanted`, JSON type, text), see
+    `inline.from_sql`. A put asks it for the unchanged channels whose version its parent's
+    record does not hold (a `__copy__` fork written beside its original, a re-put of an
+    existing checkpoint): their values then live in its own record too."""
+    p = d.p
+    params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    for i, (channel, version) in enumerate(wanted):
+        params[f"ch{i}"], params[f"v{i}"] = channel, version
+        params[f"ik{i}"] = inline_probe(channel)
+
+    def build() -> str:
+        parts = []
+        for i in range(len(wanted)):
+            kind, text = d.inline_value("c.checkpoint", p(f"ch{i}"))
+            parts.append(
+                f"SELECT * FROM (SELECT {d.bigint(str(i))} AS i, {kind} AS kind, {text} AS text "
+                f"FROM {d.checkpoints} c WHERE c.thread_id = {p('thread_id')} "
+                f"AND c.checkpoint_ns = {p('checkpoint_ns')} "
+                f"AND {d.inline_has('c.checkpoint', p(f'ch{i}'), p(f'ik{i}'))} "
+                f"AND {d.version_of('c.checkpoint', p(f'ch{i}'))} = {d.text(p(f'v{i}'))} "
+                f"ORDER BY c.checkpoint_id DESC LIMIT 1) s{i}"
+            )
+        return " UNION ALL ".join(parts)
+
+    return Stmt(d.sql(("inline_sources", len(wanted)), build), params, fetch=True)
+
+
+def decode_inline_sources(
+    rows: Sequence[Row], wanted: Sequence[tuple[str, str]], where: Where
+) -> Inline:
+    """The `inline_sources_stmt` result as {channel: value}."""
+    return {wanted[int(i)][0]: from_sql(kind, text, where) for i, kind, text in rows}
+
+
 def put_writes_op(
     d: Dialect,
     serde: Serializer,
@@ -1345,6 +1390,7 @@ def put_writes_op(
     if not writes:
         return None
     stored_task_id, _ = d.encode_write_key(task_id, 0)
+    task_name = d.task_name(task_id)
     replace = is_special_batch([channel for channel, _ in writes])
     dumps = serde.dumps_typed
     located = is_located(serde)
@@ -1372,6 +1418,7 @@ def put_writes_op(
             list(rows.values()),
             replace,
             resolve_now(None),
+            task_name,
         )
     )
 

@@ -14,8 +14,11 @@ Rules:
 - The value of a channel at a version lives in one place, decided when the version is
   stored: a value row, or the records. A record holds the inline value of every channel at
   its version: those it stores now, and those of unchanged channels carried from its
-  parent's record (`put` is allowed to leave unchanged channels out of `channel_values`,
-  so they are never taken from there). A reader never looks beyond one record.
+  parent's record, or, at a version the parent's record does not hold (a `__copy__` fork
+  put beside the checkpoint it copies, a re-put), from a record of the thread that holds
+  it (`core.inline_sources_stmt`). `put` is allowed to leave unchanged channels out of
+  `channel_values`, so they are never taken from there. A reader never looks beyond one
+  record.
 - Only with a serializer whose stored form of these values is plain
   (`stores_scalars_inline`: the msgpack serializer and wrappers that keep its bytes). An
   encrypting one seals every value. Records written before are read through the

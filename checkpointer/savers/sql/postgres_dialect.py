@@ -39,10 +39,10 @@ _CASTS = {
 
 
 def encode_task_id(task_id: str) -> str:
-    """The stored form of a task id on PostgreSQL (a `uuid` column).
+    """The stored form of a canonical UUID task id on PostgreSQL (a `uuid` column).
 
-    Only canonical UUID strings are accepted, so what is read back equals what was given.
-    """
+    Only canonical UUID strings are taken as they are, so what is read back equals what
+    was given; other ids are stored by `encode_write_key` under a name (`task_name`)."""
     try:
         canonical = str(uuid.UUID(task_id))
     except (ValueError, TypeError, AttributeError):
@@ -55,20 +55,51 @@ def encode_task_id(task_id: str) -> str:
     return canonical
 
 
+_UUID_TEXT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+# Task ids that are not UUIDs ("task-1" in LangGraph's tests, a runtime of one's own) go
+# into the uuid column as a UUID derived from them (uuid5 in this namespace: the same id
+# always gives the same key, so re-sent writes still collide with themselves), with the
+# id itself in `task_name` (NULL for every UUID id: nothing more stored on the hot path).
+# Readers take `coalesce(task_name, task_id::text)`, so they get the exact string back
+# and order by it as text, which for UUIDs is the uuid order (see `task_id_text`).
+_NAMED_TASK_NAMESPACE = uuid.UUID("6c1f3a52-0d4e-5b8a-9f27-3e6a1d0c4b95")
+
+
+def task_name(task_id: str) -> str | None:
+    """The `task_name` stored with a task id: None for the ids the uuid column holds
+    itself (canonical UUIDs, LangGraph's negative-step ids), else the id."""
+    if isinstance(task_id, str) and (_UUID_TEXT.match(task_id) or _NEGATIVE_STEP_ID.match(task_id)):
+        return None
+    if not isinstance(task_id, str):
+        raise ConfigError(f"task id must be a string, got {task_id!r}")
+    if "\x00" in task_id:
+        raise ConfigError(f"task id {task_id!r} holds NUL, which PostgreSQL text cannot store")
+    try:
+        task_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"task id {task_id!r} is not valid UTF-8 (a lone surrogate)") from None
+    return task_id
+
+
 # LangGraph's exit-durability writes of a negative step carry ids like
 # "-0000001-0000-0000-0000-000000000000": the step in decimal, then a UUID's last four groups.
 # Not a UUID, so the uuid column stores "00000000-<same groups>" and the step moves into
 # `idx`, shifted far below any real slot. Rows still sort as the text ids do (the shifted
 # idx of step -2 < step -1 < any real slot), and decoding gives back the exact string.
+# (Stored so since revision 0001; kept, so that rows written then and re-sent now agree.)
 _NEGATIVE_STEP_ID = re.compile(r"^-(\d{7})-([0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
 _STEP_SHIFT = 1 << 24
 _MAX_SHIFTED_STEPS = 100
 
 
 def encode_write_key(task_id: str, idx: int) -> tuple[str, int]:
-    """The stored `(task_id, idx)` of a write on PostgreSQL (see `_NEGATIVE_STEP_ID`)."""
+    """The stored `(task_id, idx)` of a write on PostgreSQL (see `_NEGATIVE_STEP_ID` and
+    `task_name`)."""
     match = _NEGATIVE_STEP_ID.match(task_id) if isinstance(task_id, str) else None
     if match is None:
+        if task_name(task_id) is not None:
+            return str(uuid.uuid5(_NAMED_TASK_NAMESPACE, task_id)), idx
         return encode_task_id(task_id), idx
     step = int(match.group(1))
     if not 1 <= step <= _MAX_SHIFTED_STEPS or not -_STEP_SHIFT // 2 < idx < _STEP_SHIFT // 2:
@@ -77,8 +108,10 @@ def encode_write_key(task_id: str, idx: int) -> tuple[str, int]:
 
 
 def decode_write_key(stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
+    """What `encode_write_key` was given, from the stored key as readers select it
+    (`task_id_text`: a named task's name, else the uuid's text)."""
     text, idx = str(stored_task_id), int(stored_idx)
-    if idx > -_STEP_SHIFT // 2:
+    if idx > -_STEP_SHIFT // 2 or not _UUID_TEXT.match(text):
         return text, idx
     step = -round(idx / _STEP_SHIFT)
     return f"-{step:07d}-{text[9:]}", idx + step * _STEP_SHIFT
@@ -154,7 +187,12 @@ class PostgresDialect(Dialect):
         return f"{self.p(name)}::jsonb"
 
     def task_id_text(self, column: str) -> str:
-        return f'{column}::text COLLATE "C"'
+        # The exact id (a named task's name, see `task_name`), ordered bytewise as text.
+        prefix = column[: column.rindex(".") + 1] if "." in column else ""
+        return f'coalesce({prefix}task_name, {column}::text) COLLATE "C"'
+
+    def task_name(self, task_id: str) -> str | None:
+        return task_name(task_id)
 
     def encode_task_id(self, task_id: str) -> Any:
         return encode_task_id(task_id)
@@ -360,6 +398,7 @@ class PostgresDialect(Dialect):
         rows: list[tuple[int, str, str, bytes]],
         replace: bool,
         now: datetime,
+        task_name: str | None = None,
     ) -> Op[None]:
         conflict = (
             "DO UPDATE SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "
@@ -375,6 +414,12 @@ class PostgresDialect(Dialect):
             "task_path": task_path,
             "now": self.ts_param(now),
         }
+        # A named task (see `task_name`) also stores its name; every UUID id leaves the
+        # column out, so the hot path's statement is the one it always was.
+        named_column, named_value = "", ""
+        if task_name is not None:
+            params["task_name"] = task_name
+            named_column, named_value = "task_name, ", "%(task_name)s::text, "
         # Writes and thread summary in one statement. `prior` (the rows as they were) and
         # `ins` (what was inserted or replaced) give the bytes added exactly.
         sql = (
@@ -384,9 +429,9 @@ class PostgresDialect(Dialect):
             "AND w.checkpoint_id = %(checkpoint_id)s AND w.task_id = %(task_id)s::uuid "
             "AND w.idx IN (SELECT x.idx FROM x)), "
             f"ins AS (INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, "
-            "task_id, task_path, idx, channel, type, blob) SELECT %(thread_id)s, "
-            "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, %(task_path)s, x.idx, "
-            "x.channel, x.type, x.blob FROM x "
+            f"task_id, {named_column}task_path, idx, channel, type, blob) SELECT "
+            "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, "
+            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob FROM x "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
             f"RETURNING idx, {self.size('blob')} AS n) "
             f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
@@ -427,8 +472,9 @@ class PostgresDialect(Dialect):
             "type, blob) SELECT %(dst)s, checkpoint_ns, channel, version, type, blob "
             f"FROM {self.blobs} WHERE thread_id = %(src)s ON CONFLICT DO NOTHING) "
             f"INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-            "task_path, idx, channel, type, blob) SELECT %(dst)s, checkpoint_ns, checkpoint_id, "
-            f"task_id, task_path, idx, channel, type, blob FROM {self.writes} "
+            "task_name, task_path, idx, channel, type, blob) SELECT %(dst)s, checkpoint_ns, "
+            f"checkpoint_id, task_id, task_name, task_path, idx, channel, type, blob "
+            f"FROM {self.writes} "
             "WHERE thread_id = %(src)s "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "
             "SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "

@@ -56,11 +56,13 @@ from checkpointer.savers.sql.core import (
     Stmt,
     confirm_walk_loop,
     decode_delta_history,
+    decode_inline_sources,
     decode_tuples,
     delete_for_runs_plan,
     delta_history_chunks,
     delta_history_stmt,
     get_tuple_stmt,
+    inline_sources_stmt,
     list_page_stmt,
     page_limit_of,
     parent_pointers_stmt,
@@ -72,6 +74,7 @@ from checkpointer.savers.sql.core import (
     record_versions_and_inline,
     repeatable,
     unchanged_channels,
+    version_text,
 )
 from checkpointer.savers.sql.inline import RecentInline, serde_inlines
 from checkpointer.savers.sql.inline import carried as inline_carried
@@ -125,6 +128,10 @@ class AsyncExecutor(Protocol):
     async def run(self, op: Op[T]) -> T: ...
 
     async def close(self) -> None: ...
+
+
+_INLINE_SOURCES_CHUNK = 32
+"""Channels looked up per statement when a put resolves values kept in other records."""
 
 
 class _SqlPrograms:
@@ -186,11 +193,24 @@ class _SqlPrograms:
         thread_id, ns, parent_id = config_address(config)
         check_put_ids(checkpoint, metadata)
         carried = None
-        if inlines and parent_id is not None:
-            unchanged = unchanged_channels(checkpoint, new_versions)
-            if unchanged:
+        unchanged = unchanged_channels(checkpoint, new_versions) if inlines else set()
+        if unchanged:
+            versions = checkpoint["channel_versions"]
+            parent = None
+            if parent_id is not None:
                 parent = yield from self._p_parent_inline(thread_id, ns, parent_id)
-                carried = inline_carried(parent, checkpoint["channel_versions"], unchanged)
+            carried = inline_carried(parent, versions, unchanged)
+            # Unchanged channels at a version the parent's record does not hold (a copy
+            # written beside its original, a re-put): their values are wherever that
+            # version was stored, maybe inline in another record, to be carried here too.
+            parent_versions = parent[0] if parent is not None else {}
+            wanted = [
+                (ch, version_text(versions[ch]))
+                for ch in sorted(unchanged)
+                if parent_versions.get(ch) != versions[ch]
+            ]
+            if wanted:
+                carried.update((yield from self._p_inline_sources(thread_id, ns, wanted)))
         op, next_config, inline = put_op(
             self._dialect, self.serde, config, checkpoint, metadata, new_versions, carried
         )
@@ -212,6 +232,21 @@ class _SqlPrograms:
             where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}
             parent = record_versions_and_inline(rows, where)
         return parent
+
+    def _p_inline_sources(
+        self, thread_id: str, ns: str, wanted: Sequence[tuple[str, str]]
+    ) -> Program[dict[str, Any]]:
+        """The inline values of `wanted` (channel, version) pairs kept in any record of the
+        thread (see `core.inline_sources_stmt`), in chunks of a bounded statement size."""
+        found: dict[str, Any] = {}
+        where = {"thread_id": thread_id, "checkpoint_ns": ns}
+        for start in range(0, len(wanted), _INLINE_SOURCES_CHUNK):
+            chunk = wanted[start : start + _INLINE_SOURCES_CHUNK]
+            rows = yield from self._p_read(
+                lambda d, chunk=chunk: inline_sources_stmt(d, thread_id, ns, chunk)  # type: ignore[misc]
+            )
+            found.update(decode_inline_sources(rows, chunk, where))
+        return found
 
     def _p_put_writes(
         self,

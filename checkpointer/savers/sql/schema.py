@@ -19,10 +19,10 @@ WRITES = "checkpointer_writes"
 THREADS = "checkpointer_threads"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
-KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004")
+KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005")
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
 
@@ -104,6 +104,10 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         sa.Column("channel", key_text(), nullable=False),
         sa.Column("type", sa.Text(), nullable=False),
         sa.Column("blob", value_bytes(), nullable=False),
+        # PostgreSQL: a task id that is not a UUID, stored with a UUID derived from it in
+        # `task_id` (see `postgres_dialect.task_name`); NULL for UUIDs, and on SQLite,
+        # whose `task_id` is text and holds every id itself.
+        sa.Column("task_name", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint(
             "thread_id",
             "checkpoint_ns",

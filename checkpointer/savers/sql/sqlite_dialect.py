@@ -312,6 +312,7 @@ class SqliteDialect(Dialect):
         rows: list[tuple[int, str, str, bytes]],
         replace: bool,
         now: datetime,
+        task_name: str | None = None,
     ) -> Op[None]:
         conflict = (
             "DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel, "

@@ -225,16 +225,18 @@ def insert_writes_stmt(d: Dialect, rows: Sequence[WriteRow], *, replace: bool = 
         else "ON CONFLICT DO NOTHING"
     )
     return Stmt(
-        f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-        f"task_path, channel, type, blob) VALUES ({d.p('thread_id')}, {d.p('checkpoint_ns')}, "
-        f"{d.p('checkpoint_id')}, {_task_id_param(d, 'task_id')}, {d.p('idx')}, "
-        f"{d.p('task_path')}, {d.p('channel')}, {d.p('type')}, {d.p('blob')}) " + conflict,
+        f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, task_name, "
+        f"idx, task_path, channel, type, blob) VALUES ({d.p('thread_id')}, "
+        f"{d.p('checkpoint_ns')}, {d.p('checkpoint_id')}, {_task_id_param(d, 'task_id')}, "
+        f"{d.text(d.p('task_name'))}, {d.p('idx')}, {d.p('task_path')}, {d.p('channel')}, "
+        f"{d.p('type')}, {d.p('blob')}) " + conflict,
         [
             {
                 "thread_id": r.thread_id,
                 "checkpoint_ns": r.checkpoint_ns,
                 "checkpoint_id": r.checkpoint_id,
                 "task_id": d.encode_write_key(r.task_id, r.idx)[0],
+                "task_name": d.task_name(r.task_id),
                 "idx": d.encode_write_key(r.task_id, r.idx)[1],
                 "task_path": r.task_path,
                 "channel": r.channel,
@@ -505,9 +507,10 @@ def fork_to_thread_plan(
         )
     if write_ids:
         yield Stmt(
-            f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-            f"task_path, channel, type, blob) SELECT {d.p('dst')}, checkpoint_ns, "
-            f"checkpoint_id, task_id, idx, task_path, channel, type, blob FROM {d.writes} "
+            f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
+            f"task_name, idx, task_path, channel, type, blob) SELECT {d.p('dst')}, "
+            "checkpoint_ns, checkpoint_id, task_id, task_name, idx, task_path, channel, type, "
+            f"blob FROM {d.writes} "
             f"WHERE {scope}",
             {**params, "ids": d.list_param(write_ids)},
         )
