@@ -357,3 +357,101 @@ async def test_dataclass_and_pydantic_state(deployment: Deployment, client: Any)
     assert states[1]["values"]["note"] == {"text": "hello bo", "stars": 5}
     again = await wait_run(client, thread_id, "typed", input={"name": "cy"})
     assert again["note"] == {"text": "hello cy!", "stars": 6}
+
+
+# ------------------------------------------------------------ restart and crash
+async def snapshot(client: Any) -> dict[str, Any]:
+    """Everything a client can read about every thread: its record's metadata, its state
+    (with subgraph states) and its whole history."""
+    out: dict[str, Any] = {}
+    for thread in await bounded(client.threads.search(limit=100)):
+        thread_id = str(thread["thread_id"])
+        out[thread_id] = {
+            "metadata": thread["metadata"],
+            "state": await bounded(client.threads.get_state(thread_id, subgraphs=True)),
+            "history": await history(client, thread_id),
+        }
+    return out
+
+
+async def fill(client: Any) -> dict[str, str]:
+    """One thread per kind of state a restart must keep."""
+    paused = await run_to_interrupt(client, "paused")
+    forked = await run_to_interrupt(client, "forked")
+    at_pause = await bounded(client.threads.get_state(forked))
+    await bounded(client.threads.update_state(forked, {"topic": "updated"}))
+    await wait_run(client, forked, "approval", command=resume("yes"))
+    await wait_run(
+        client,
+        forked,
+        "approval",
+        command=resume("no"),
+        checkpoint_id=at_pause["checkpoint"]["checkpoint_id"],
+    )
+    copied = str((await bounded(client.threads.copy(forked)))["thread_id"])
+    nested = await new_thread(client, "nested")
+    await wait_run(client, nested, "nested", input={"log": []})
+    slow = await new_thread(client, "slow")
+    await wait_run(client, slow, "slow", input={"sleep": 0})
+    return {"paused": paused, "forked": forked, "copied": copied, "nested": nested, "slow": slow}
+
+
+@pytest.fixture(params=BACKENDS)
+def own_deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    dep = Deployment(request.param, tmp_path)
+    try:
+        yield dep
+    finally:
+        dep.close()
+
+
+async def test_graceful_restart_keeps_every_thread(own_deployment: Deployment) -> None:
+    server = own_deployment.server.start()
+    client = server.client()
+    threads = await fill(client)
+    before = await snapshot(client)
+    assert set(threads.values()) <= set(before)
+    await client.http.client.aclose()
+
+    server.restart()
+    client = server.client()
+    try:
+        after = await snapshot(client)
+        assert after == before
+        # And they go on: the paused thread and the paused subgraph resume.
+        out = await wait_run(client, threads["paused"], "approval", command=resume("later"))
+        assert out["messages"] == ["draft about paused", "human: later", "done: later"]
+        out = await wait_run(client, threads["nested"], "nested", command=resume("7"))
+        assert out["log"][-2:] == ["inner got 7", "outer after"]
+    finally:
+        await client.http.client.aclose()
+
+
+async def test_checkpoints_outlive_a_killed_server(own_deployment: Deployment) -> None:
+    """SIGKILL right after a thread is made: our database has its checkpoints whatever the
+    server's own records kept (it flushes them every 10 s), and re-creating the thread
+    record with the same id and graph brings the state back."""
+    server = own_deployment.server.start()
+    client = server.client()
+    try:
+        thread_id = await run_to_interrupt(client, "crash")
+        before = await history(client, thread_id)
+    finally:
+        await client.http.client.aclose()
+    server.kill()
+    assert {c["id"] for c in own_deployment.stored_checkpoints(thread_id)} == set(ids(before))
+
+    server.start()
+    client = server.client()
+    try:
+        from langgraph_sdk.errors import NotFoundError
+
+        try:
+            await bounded(client.threads.get(thread_id))
+        except NotFoundError:  # the usual outcome: the record was not flushed yet
+            await bounded(client.threads.create(thread_id=thread_id, graph_id="approval"))
+        assert ids(await history(client, thread_id)) == ids(before)
+        out = await wait_run(client, thread_id, "approval", command=resume("after crash"))
+        assert out["decision"] == "after crash"
+    finally:
+        await client.http.client.aclose()
