@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -29,13 +30,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpointer.errors import ConfigError
+from checkpointer.errors import ConfigError, DeserializationError, SerializationError
 from checkpointer.langgraph import LangGraphSaver
 from checkpointer.savers.base import BaseCheckpointSaver
 from checkpointer.savers.sql.migration import parse_url
 from checkpointer.serde import Serializer
 
-__all__ = ["ENV", "Settings", "checkpointer", "open_checkpointer"]
+__all__ = ["ENV", "Settings", "checkpointer", "open_checkpointer", "restore_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -286,3 +287,76 @@ def checkpointer() -> Any:
     `LangGraphSaver` that `CHECKPOINTER_URL` and the other `CHECKPOINTER_*` variables
     describe. The server calls it, enters the result, and exits it at shutdown."""
     return open_checkpointer()
+
+
+class _ValuesSkipped:
+    """A read-only serializer that loads what it can and gives None for the rest: reading
+    metadata must not depend on the graph's classes being importable in this process."""
+
+    def __init__(self, inner: Serializer) -> None:
+        self.inner = inner
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        raise SerializationError("restore_threads reads only; it never writes values")
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        try:
+            return self.inner.loads_typed(data)
+        except (DeserializationError, ImportError):
+            return None
+
+
+def _metadata_reader(saver: BaseCheckpointSaver) -> BaseCheckpointSaver:
+    """A shallow clone of `saver` (same connections) reading checkpoints for their
+    metadata, whatever their values."""
+    clone = copy.copy(saver)
+    clone.serde = _ValuesSkipped(saver.serde)
+    return clone
+
+
+async def restore_threads(client: Any, saver: Any, *, page_size: int = 500) -> list[str]:
+    """Re-create the Agent Server's thread records that our database outlived; returns
+    the ids re-created.
+
+    The in-memory runtime of `langgraph dev` keeps its thread and run records in its own
+    file, flushed every 10 s, and discards that whole file at start-up when it cannot
+    unpickle it (a thread's last values holding a class of a graph module it has not
+    loaded yet). Checkpoints stay in our database either way. For every thread there that
+    the server does not know, this creates the record again under the same id and graph
+    (the `graph_id` the server writes into each checkpoint's metadata), after which its
+    state, history and pending interrupts read back and runs resume. Threads whose
+    checkpoints name no graph are left alone.
+
+    `client` is a `langgraph_sdk` async client; `saver` one of our savers (or a
+    `LangGraphSaver`) on the server's database.
+    """
+    from langgraph_sdk.errors import NotFoundError
+
+    inner = _metadata_reader(saver.saver if isinstance(saver, LangGraphSaver) else saver)
+    restored: list[str] = []
+    offset = 0
+    while True:
+        summaries = await inner.alist_threads(
+            sort="id", descending=False, limit=page_size, offset=offset
+        )
+        for summary in summaries:
+            thread_id = summary.thread_id
+            try:
+                await client.threads.get(thread_id)
+                continue
+            except NotFoundError:
+                pass
+            graph_id = None
+            root = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+            async for tup in inner.alist(root, limit=1):
+                graph_id = tup.metadata.get("graph_id")
+            if not isinstance(graph_id, str):
+                logger.warning("checkpointer: thread %s names no graph; not restored", thread_id)
+                continue
+            await client.threads.create(
+                thread_id=thread_id, graph_id=graph_id, if_exists="do_nothing"
+            )
+            restored.append(thread_id)
+        if len(summaries) < page_size:
+            return restored
+        offset += page_size

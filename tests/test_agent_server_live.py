@@ -444,14 +444,51 @@ async def test_checkpoints_outlive_a_killed_server(own_deployment: Deployment) -
     server.start()
     client = server.client()
     try:
-        from langgraph_sdk.errors import NotFoundError
+        from checkpointer.agent_server import restore_threads
 
-        try:
-            await bounded(client.threads.get(thread_id))
-        except NotFoundError:  # the usual outcome: the record was not flushed yet
-            await bounded(client.threads.create(thread_id=thread_id, graph_id="approval"))
+        with own_deployment.saver() as saver:
+            restored = await bounded(restore_threads(client, saver))
+        # Lost or not (the usual outcome is lost: its record was not flushed yet), the
+        # thread is there again with its whole history, and resumes.
+        assert set(restored) <= {thread_id}
         assert ids(await history(client, thread_id)) == ids(before)
         out = await wait_run(client, thread_id, "approval", command=resume("after crash"))
         assert out["decision"] == "after crash"
+        with own_deployment.saver() as saver:
+            assert await bounded(restore_threads(client, saver)) == []
+    finally:
+        await client.http.client.aclose()
+
+
+async def test_restart_with_app_classes_in_state(own_deployment: Deployment) -> None:
+    """A thread whose values hold the graph module's own classes: the server pickles them
+    into its records file and, at the next start, cannot unpickle it before the graph
+    module is loaded, so it discards every record. Our database keeps every checkpoint and
+    `restore_threads` brings each thread back whole."""
+    own_deployment.server.env["CHECKPOINTER_ALLOWED_MODULES"] = "__src__agent__graph"
+    server = own_deployment.server.start()
+    client = server.client()
+    try:
+        typed = await new_thread(client, "typed")
+        await wait_run(client, typed, "typed", input={"name": "bo"})
+        paused = await run_to_interrupt(client, "kept")
+        before = {t: await history(client, t) for t in (typed, paused)}
+    finally:
+        await client.http.client.aclose()
+
+    server.restart()
+    client = server.client()
+    try:
+        from checkpointer.agent_server import restore_threads
+
+        with own_deployment.saver() as saver:
+            restored = await bounded(restore_threads(client, saver))
+        assert set(restored) <= set(before)  # all of them, with 0.16.7's records file
+        for thread_id, states in before.items():
+            assert await history(client, thread_id) == states
+        out = await wait_run(client, paused, "approval", command=resume("yes"))
+        assert out["decision"] == "yes"
+        again = await wait_run(client, typed, "typed", input={"name": "cy"})
+        assert again["note"] == {"text": "hello cy!", "stars": 6}
     finally:
         await client.http.client.aclose()
