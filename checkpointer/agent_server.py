@@ -147,9 +147,9 @@ def _encryption_keys(environ: Mapping[str, str]) -> dict[str, bytes]:
 class Settings:
     """What `checkpointer()` opens, as read from the environment."""
 
-    url: str
+    url: str = field(repr=False)  # may hold a password: never in a repr or a log
     kind: str  # "sqlite" or "postgres"
-    target: str  # a SQLite path, or the PostgreSQL URL
+    target: str = field(repr=False)  # a SQLite path, or the PostgreSQL URL
     schema: str = "public"
     setup: bool = True
     pool_min_size: int = 1
