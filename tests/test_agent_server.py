@@ -209,3 +209,18 @@ async def test_alist_before_every_shape(tmp_path: Path, shape: str) -> None:
         assert [t.config for t in older] == [t.config for t in every[1:]]
         in_thread = await asyncio.to_thread(lambda: list(saver.list(config, before=before)))
         assert [t.config for t in in_thread] == [t.config for t in older]
+
+
+def test_live_tests_fail_under_ci_when_the_server_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without its packages the live test skips locally and fails under CI=true."""
+    from tests import agent_server_harness as harness
+
+    monkeypatch.setattr(harness, "DEPS", (*harness.DEPS, "no_such_agent_server_module"))
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no_such_agent_server_module"):
+        harness.require_agent_server()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="no_such_agent_server_module"):
+        harness.require_agent_server()
