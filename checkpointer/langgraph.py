@@ -43,7 +43,7 @@ from langgraph.types import Interrupt, Send
 from langgraph.types import Overwrite as LangGraphOverwrite
 
 from checkpointer.channels.markers import DeltaSnapshot, Overwrite
-from checkpointer.errors import DeserializationError
+from checkpointer.errors import ConfigError, DeserializationError
 from checkpointer.langgraph_lifecycle import (
     Opening,
     aclose_saver,
@@ -279,6 +279,26 @@ def run_metadata(config: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
     return merged
 
 
+def _before_config(before: Any) -> Any:
+    """`list(before=...)` as a config, from any shape LangGraph's callers send.
+
+    A config `{"configurable": {"checkpoint_id": ...}}` passes through. The Agent Server
+    hands the SDK's checkpoint dict on as it came (`{"thread_id", "checkpoint_ns",
+    "checkpoint_id", "checkpoint_map"}`, no `configurable`), and a bare id string is what
+    its GET history route takes; both mean "older than that checkpoint".
+    """
+    if before is None or (isinstance(before, Mapping) and "configurable" in before):
+        return before
+    if isinstance(before, str):
+        return {"configurable": {"checkpoint_id": before}}
+    if isinstance(before, Mapping) and "checkpoint_id" in before:
+        return {"configurable": {"checkpoint_id": before["checkpoint_id"]}}
+    raise ConfigError(
+        "before must be a config {'configurable': {'checkpoint_id': ...}}, a checkpoint "
+        f"dict with a 'checkpoint_id' key, or a checkpoint id; got {before!r}"
+    )
+
+
 class LangGraphSaver(LangGraphBaseSaver[str]):
     """A LangGraph checkpointer backed by any of our savers, sync or async.
 
@@ -413,6 +433,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         before: Any = None,
         limit: int | None = None,
     ) -> Iterator[LangGraphTuple]:
+        before = _before_config(before)
         for tup in self.saver.list(config, filter=filter, before=before, limit=limit):
             converted = _langgraph_tuple(tup)
             assert converted is not None
@@ -475,6 +496,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         before: Any = None,
         limit: int | None = None,
     ) -> AsyncIterator[LangGraphTuple]:
+        before = _before_config(before)
         async for tup in self.saver.alist(config, filter=filter, before=before, limit=limit):
             converted = _langgraph_tuple(tup)
             assert converted is not None
