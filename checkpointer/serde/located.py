@@ -68,7 +68,7 @@ __all__ = [
     "relocate",
 ]
 
-LocationKind = Literal["blob", "write", "checkpoint", "metadata"]
+LocationKind = Literal["blob", "write", "checkpoint", "metadata", "record_seal"]
 
 _AAD_PREFIX = b"checkpointer/location/v1"
 
@@ -131,6 +131,11 @@ class ValueLocation:
     def metadata(cls, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> ValueLocation:
         """Checkpoint metadata stored through the serializer (the in-memory saver does)."""
         return cls("metadata", str(thread_id), checkpoint_ns, checkpoint_id=checkpoint_id)
+
+    @classmethod
+    def record_seal(cls, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> ValueLocation:
+        """The seal a SQL saver keeps in a checkpoint record (`sql/record_seal.py`)."""
+        return cls("record_seal", str(thread_id), checkpoint_ns, checkpoint_id=checkpoint_id)
 
     def aad(self) -> bytes:
         """Canonical bytes naming this location (AES-GCM associated data)."""

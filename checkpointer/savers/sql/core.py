@@ -49,6 +49,7 @@ from checkpointer.savers.sql.inline import (
     serde_inlines,
     stored_form,
 )
+from checkpointer.savers.sql.record_seal import SEAL_KEY, make_seal, record_verifier
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, batch_loader, dumps_at, is_located, load_at
@@ -169,13 +170,22 @@ def each(stmts: Iterable[Stmt]) -> Plan[None]:
 
 
 # --------------------------------------------------------------------------- encoding
-def encode_record(checkpoint: Checkpoint, inline: Mapping[str, Any] | None = None) -> str:
+def encode_record(
+    checkpoint: Checkpoint,
+    inline: Mapping[str, Any] | None = None,
+    seal: Callable[[Mapping[str, Any]], list[str]] | None = None,
+) -> str:
     """The checkpoint minus its values (and its id, which is a column), as JSON text, with
-    the small scalar values `inline` (see `inline.py`) if any."""
-    record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
+    the small scalar values `inline` (see `inline.py`) if any, and the record's seal
+    (`record_seal.py`) when `seal` is given."""
+    record: dict[str, Any] = {
+        k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")
+    }
     if inline:
         record[INLINE_KEY] = inline
     try:
+        if seal is not None:
+            record[SEAL_KEY] = seal(record)
         return record_json(record)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"checkpoint record is not JSON-serializable: {exc}") from exc
@@ -249,12 +259,17 @@ def decode_checkpoint(
     values: dict[str, Any],
     where: Where = _NO_WHERE,
     load_inline: Callable[[str, Any, Mapping[str, Any]], Any] | None = None,
+    verify: Callable[[dict[str, Any]], None] | None = None,
 ) -> Checkpoint:
     """The checkpoint column plus its id and values: the value rows' `values` and the
     record's inline ones (read through `load_inline` when given). Type checks only, one
     level deep (on the hot path of every read): a record of the wrong shape is a
     CorruptValueError naming the field, not a TypeError somewhere in the runtime later."""
     fields = _json_object(record, "checkpoint record", where)
+    if verify is not None:  # a located serializer: check (and drop) the record's seal
+        verify(fields)
+    elif SEAL_KEY in fields:
+        del fields[SEAL_KEY]
     inline = read_inline(fields, where, load_inline)
     if inline:
         for channel, value in inline.items():
@@ -827,6 +842,9 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
                 values,
                 where,
                 None if takes_inline else inline_loader(serde, thread_id, ns, where),
+                record_verifier(serde, thread_id, ns, checkpoint_id, parent_id)
+                if located
+                else None,
             ),
             metadata=decode_metadata(head[9], where),
             parent_config=(
@@ -1257,7 +1275,13 @@ def put_op(
         ]
     meta_text = d.check_metadata(encode_metadata(metadata))
     run_id = metadata.get("run_id")
-    record = encode_record(checkpoint, inline)
+    record = encode_record(
+        checkpoint,
+        inline,
+        partial(make_seal, serde, thread_id, ns, checkpoint_id, parent_id=parent_id)
+        if is_located(serde)
+        else None,
+    )
     where = f"in checkpoint {checkpoint_id!r}"
     check_stored_sizes(((ch, t, data) for ch, _, t, data in blobs), where)
     for name, text in (("(checkpoint record)", record), ("(metadata)", meta_text)):

@@ -21,6 +21,7 @@ from checkpointer.ids import new_checkpoint_id
 from checkpointer.savers.sql import core
 from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json, record_json
 from checkpointer.savers.sql.inspect import ancestors_plan, json_doc
+from checkpointer.savers.sql.record_seal import resealed
 from checkpointer.serde.base import Serializer
 from checkpointer.serde.encryption import bound_values_stmts
 from checkpointer.serde.located import ValueLocation, is_located, relocate
@@ -344,6 +345,42 @@ def relocate_values_plan(
         write_after = (last.checkpoint_ns, last.checkpoint_id, last.task_id, last.idx)
 
 
+def reseal_records_plan(d: Dialect, serde: Serializer, source: str, target: str) -> Plan[None]:
+    """Re-seal the checkpoint records just copied from `source` into `target`
+    (`record_seal.py`): a seal names its thread, so a copied one would not open there.
+    Each seal is checked at the source first. Records without a seal are left as they are.
+    Pages of `RELOCATE_PAGE` records; run it in the copy's transaction."""
+    after: tuple[str, str] | None = None
+    while True:
+        params: dict[str, Any] = {"dst": target, "n": RELOCATE_PAGE}
+        cond = f"thread_id = {d.p('dst')}"
+        if after is not None:
+            cond += (
+                f" AND (checkpoint_ns > {d.p('ans')} OR (checkpoint_ns = {d.p('ans')} "
+                f"AND checkpoint_id > {d.p('aid')}))"
+            )
+            params.update(ans=after[0], aid=after[1])
+        rows = yield Stmt(
+            f"SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint FROM "
+            f"{d.checkpoints} WHERE {cond} ORDER BY checkpoint_ns, checkpoint_id "
+            f"LIMIT {d.p('n')}",
+            params,
+            fetch=True,
+        )
+        for ns, checkpoint_id, parent_id, record in rows:
+            fields = resealed(serde, json_doc(record), source, target, ns, checkpoint_id, parent_id)
+            if fields is not None:
+                yield Stmt(
+                    f"UPDATE {d.checkpoints} SET checkpoint = {d.json_param('rec')} WHERE "
+                    f"thread_id = {d.p('dst')} AND checkpoint_ns = {d.p('ns')} AND "
+                    f"checkpoint_id = {d.p('c')}",
+                    {"rec": record_json(fields), "dst": target, "ns": ns, "c": checkpoint_id},
+                )
+        if len(rows) < RELOCATE_PAGE:
+            break
+        after = (rows[-1][0], rows[-1][1])
+
+
 def copy_thread_relocating_plan(
     d: Dialect, serde: Serializer, source: str, target: str
 ) -> Plan[None]:
@@ -360,6 +397,7 @@ def copy_thread_relocating_plan(
         "parent_checkpoint_id = excluded.parent_checkpoint_id, " + d.checkpoint_upsert_values(),
         params,
     )
+    yield from reseal_records_plan(d, serde, source, target)
     yield from relocate_values_plan(d, serde, source, target, replace_writes=True)
     yield from refresh_thread_summaries_plan(d, [target])
 
@@ -484,6 +522,7 @@ def fork_to_thread_plan(
         assert serde is not None
         wanted_blobs = {(str(ch), str(v)) for ch, v in keys}
         wanted_writes = set(write_ids)
+        yield from reseal_records_plan(d, serde, source, target)
         yield from relocate_values_plan(
             d,
             serde,
