@@ -273,3 +273,21 @@ async def test_reencrypt_refuses_to_seal_over_an_edited_record(db: Db) -> None:
     with pytest.raises(CorruptCiphertextError):
         await areencrypt(db.saver)
     await _refused(h, "t", ids[-1])
+
+
+async def test_delta_walk_verifies_every_record_it_passes(db: Db) -> None:
+    """The delta history of the head takes `a`'s seed from its parent's record: pointing
+    that record at the older version would replay from the old value."""
+    h = await db.open(enc())
+    ids = await _history(h)
+    history = await h.delta(make_config("t", ""), ["a"])
+    assert history["a"].get("seed") == "new"
+    db.edit("t", ids[1], lambda r: r["channel_versions"].update(a="1"))
+    with pytest.raises(CorruptCiphertextError) as caught:
+        await h.delta(make_config("t", ""), ["a"])
+    assert caught.value.checkpoint_id == ids[1]
+    db.edit("t", ids[1], lambda r: r["channel_versions"].update(a="2"))
+    db.set_parent("t", ids[-1], ids[0])  # skip the checkpoint holding the newer seed
+    with pytest.raises(CorruptCiphertextError) as caught:
+        await h.delta(make_config("t", ""), ["a"])
+    assert caught.value.checkpoint_id == ids[-1]
