@@ -52,13 +52,14 @@ class Db:
             self.schema = f"cp_seal_{uuid.uuid4().hex[:10]}"
         self.saver: Any = None
 
-    async def open(self, serde: Any) -> Harness:
+    async def open(self, serde: Any, setup: bool = True) -> Harness:
         await self.close_saver()
         if self.kind == "sqlite":
             from checkpointer.savers.sqlite import SqliteSaver
 
             self.saver = SqliteSaver(self.path, serde=serde)
-            self.saver.setup()
+            if setup:
+                self.saver.setup()
         elif self.kind == "async_sqlite":
             from checkpointer.savers.sqlite import AsyncSqliteSaver
 
@@ -69,7 +70,8 @@ class Db:
 
             assert self.schema is not None
             self.saver = PostgresSaver(PG_URL, schema=self.schema, max_size=2, serde=serde)
-            self.saver.setup()
+            if setup:
+                self.saver.setup()
         else:
             from checkpointer.savers.postgres import AsyncPostgresSaver
 
@@ -291,3 +293,39 @@ async def test_delta_walk_verifies_every_record_it_passes(db: Db) -> None:
     with pytest.raises(CorruptCiphertextError) as caught:
         await h.delta(make_config("t", ""), ["a"])
     assert caught.value.checkpoint_id == ids[-1]
+
+
+# ------------------------------------------------------------------ 0004 -> 0006
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_upgrade_from_0004_reads_unsealed_then_reencrypt_seals(
+    kind: str, tmp_path: Path
+) -> None:
+    """A database written with encryption at 0004 (records without seals, same tables):
+    refused until migrated, then read as before, sealed by reencrypt, then protected."""
+    from checkpointer.errors import SchemaVersionError
+    from checkpointer.savers.sql.migration import migrate
+    from checkpointer.savers.sql.schema import SCHEMA_REVISION, VERSION_TABLE
+
+    db = Db(kind, tmp_path)
+    try:
+        h = await db.open(enc())
+        ids = await _history(h)
+        await db.close_saver()
+        for i in ids:  # as 0004 code wrote them
+            db.edit("t", i, lambda r: r.pop(SEAL_KEY))
+        db._rows("UPDATE {s}" + VERSION_TABLE + " SET version_num = '0004'", ())
+        stale = await db.open(enc(), setup=False)
+        with pytest.raises(SchemaVersionError):  # this code reads 0006 databases only
+            await stale.get_tuple(make_config("t", ""))
+        await db.close_saver()
+        url = f"sqlite:///{db.path}" if db.schema is None else PG_URL
+        migrate(url, **({} if db.schema is None else {"schema": db.schema}))
+        assert db._rows("SELECT version_num FROM {s}" + VERSION_TABLE, ()) == [(SCHEMA_REVISION,)]
+        h = await db.open(enc())
+        head = await h.get_tuple(make_config("t", ""))
+        assert head is not None and head.checkpoint["channel_values"] == {"a": "new", "b": 1}
+        assert (await areencrypt(db.saver)).records_sealed == len(ids)
+        db.edit("t", ids[-1], lambda r: r["channel_versions"].update(a="1"))
+        await _refused(h, "t", ids[-1])
+    finally:
+        await db.close()
