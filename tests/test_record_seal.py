@@ -319,7 +319,7 @@ async def test_upgrade_from_0004_reads_unsealed_then_reencrypt_seals(
             await stale.get_tuple(make_config("t", ""))
         await db.close_saver()
         url = f"sqlite:///{db.path}" if db.schema is None else PG_URL
-        migrate(url, **({} if db.schema is None else {"schema": db.schema}))
+        migrate(url, schema=db.schema)
         assert db._rows("SELECT version_num FROM {s}" + VERSION_TABLE, ()) == [(SCHEMA_REVISION,)]
         h = await db.open(enc())
         head = await h.get_tuple(make_config("t", ""))
