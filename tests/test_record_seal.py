@@ -329,3 +329,31 @@ async def test_upgrade_from_0004_reads_unsealed_then_reencrypt_seals(
         await _refused(h, "t", ids[-1])
     finally:
         await db.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_fork_in_place_reseals_for_the_new_id_or_refuses(kind: str, tmp_path: Path) -> None:
+    """The fork's record names a new checkpoint id: re-sealed with the keys, refused
+    without them (the tools), never written unreadable."""
+    from checkpointer.errors import CheckpointerError
+    from checkpointer.savers.sql.core import Op
+    from checkpointer.savers.sql.transfer import fork_in_place_plan
+
+    db = Db(kind, tmp_path)
+    try:
+        serde = enc()
+        h = await db.open(serde)
+        ids = await _history(h)
+        saver = db.saver
+        with pytest.raises(CheckpointerError, match="sealed"):
+            saver._executor.run(Op(fork_in_place_plan(saver._dialect, "t", "", ids[1]), txn=True))
+        assert [t.checkpoint["id"] for t in await h.list(make_config("t", ""))] == ids[::-1]
+        plan = fork_in_place_plan(saver._dialect, "t", "", ids[1], serde=serde)
+        result = saver._executor.run(Op(plan, txn=True))
+        head = await h.get_tuple(make_config("t", ""))
+        assert head is not None and head.checkpoint["id"] == result.checkpoint_id
+        assert head.checkpoint["channel_values"] == {"a": "new", "b": 0}
+        db.edit("t", result.checkpoint_id, lambda r: r["channel_versions"].update(a="1"))
+        await _refused(h, "t", result.checkpoint_id)
+    finally:
+        await db.close()

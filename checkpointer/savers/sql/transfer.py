@@ -21,7 +21,7 @@ from checkpointer.ids import new_checkpoint_id
 from checkpointer.savers.sql import core
 from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json, record_json
 from checkpointer.savers.sql.inspect import ancestors_plan, json_doc
-from checkpointer.savers.sql.record_seal import resealed
+from checkpointer.savers.sql.record_seal import SEAL_KEY, make_seal, resealed, verify_record
 from checkpointer.serde.base import Serializer
 from checkpointer.serde.encryption import bound_values_stmts
 from checkpointer.serde.located import ValueLocation, is_located, relocate
@@ -561,12 +561,17 @@ def fork_in_place_plan(
     checkpoint_id: str,
     *,
     new_id: Callable[[str | None], str] | None = None,
+    serde: Serializer | None = None,
 ) -> Plan[ForkResult]:
     """Add a copy of `checkpoint_id` as the new head of its thread: same parent, same
     channel versions (so the same stored values and the same delta history, readable with
     no reducer), `source: "fork"` and `forked_from` in its metadata, no run id, no pending
     writes. The next run of the thread continues from it, running the step after the
-    forked checkpoint again; the old branch stays as it was."""
+    forked checkpoint again; the old branch stays as it was.
+
+    A sealed record (`record_seal.py`) names its checkpoint id, so the copy is re-sealed
+    for the new id, which needs the saver's serializer (`serde`): without it (the
+    command-line tools hold no keys) the fork is refused rather than made unreadable."""
     key = {"t": thread_id, "ns": ns, "c": checkpoint_id}
     rows = yield Stmt(
         f"SELECT parent_checkpoint_id, checkpoint, metadata FROM {d.checkpoints} WHERE "
@@ -585,6 +590,14 @@ def fork_in_place_plan(
     )
     fork_id = (new_id or newer_checkpoint_id)(latest[0][0] if latest else None)
     rec = json_doc(record)
+    if SEAL_KEY in rec:
+        if serde is None or not is_located(serde):
+            raise CheckpointerError(
+                f"checkpoint {checkpoint_id!r} of thread {thread_id!r} is sealed (an encrypted "
+                "database): fork it through a saver holding the keys, not the tools"
+            )
+        verify_record(serde, thread_id, ns, checkpoint_id, rec, parent_id)
+        rec[SEAL_KEY] = make_seal(serde, thread_id, ns, fork_id, rec, parent_id)
     rec["ts"] = utc_now_iso()
     meta = json_doc(metadata, metadata=True)
     meta.pop("run_id", None)
