@@ -357,3 +357,18 @@ async def test_fork_in_place_reseals_for_the_new_id_or_refuses(kind: str, tmp_pa
         await _refused(h, "t", result.checkpoint_id)
     finally:
         await db.close()
+
+
+async def test_memory_records_are_sealed_values() -> None:
+    """The in-memory saver stores each record as one value sealed at its checkpoint: an
+    older record put in the head's place (the rollback) does not open there."""
+    from checkpointer.savers.memory import InMemorySaver
+
+    saver = InMemorySaver(serde=enc())
+    h = Harness(saver, "memory")
+    ids = await _history(h)
+    stored = saver._threads["t"][""]
+    stored[ids[-1]].record = stored[ids[0]].record
+    with pytest.raises(CorruptCiphertextError) as caught:
+        await h.get_tuple(make_config("t", ""))
+    assert caught.value.checkpoint_id == ids[-1]
