@@ -34,6 +34,7 @@ Compression, if wanted, goes inside: `EncryptedSerializer(CompressingSerializer(
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -341,6 +342,8 @@ class ReencryptReport:
     """Values that were stored unencrypted (now encrypted, unless dry run)."""
     by_key: dict[str, int] = field(default_factory=dict)
     """Encrypted values found per key id, before rewriting."""
+    records_sealed: int = 0
+    """Checkpoint records given a seal under the active key (SQL savers, when binding)."""
     skipped_changed: int = 0
     """Rows changed by a concurrent writer between read and rewrite (left as they were)."""
     dry_run: bool = False
@@ -614,14 +617,17 @@ def _records_program(
     dry_run: bool,
 ) -> Generator[Any, Any, None]:
     """Move the small values SQL savers keep inline in checkpoint records (plaintext, see
-    `savers/sql/inline.py`) into sealed value rows, page by page. Each record is rewritten
-    without them in the transaction that stores them, compare-and-swap on its old text."""
+    `savers/sql/inline.py`) into sealed value rows, and, when binding, seal each record
+    (`savers/sql/record_seal.py`) under the active key, page by page: a record that has a
+    seal is checked first, one without is sealed as it stands. Each record is rewritten in
+    the transaction that stores its moved values, compare-and-swap on its old text."""
     import json
 
-    from checkpointer.savers.sql.core import Op, Stmt, single
+    from checkpointer.savers.sql.core import Op, Stmt, each, single
     from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
     from checkpointer.savers.sql.inline import inline_at_versions, stored_form
     from checkpointer.savers.sql.inspect import json_doc
+    from checkpointer.savers.sql.record_seal import SEAL_KEY, make_seal, verify_record
 
     key = "(thread_id, checkpoint_ns, checkpoint_id)"
     update = (
@@ -631,7 +637,8 @@ def _records_program(
     )
     after: tuple[Any, ...] | None = None
     while True:
-        conds = [d.record_has_inline("checkpoint")]
+        # Without binding only records holding inline values need a visit.
+        conds = [] if bind else [d.record_has_inline("checkpoint")]
         params: dict[str, Any] = {"limit": batch_size}
         if threads is not None:
             conds.append(d.in_list("thread_id", "threads"))
@@ -642,9 +649,10 @@ def _records_program(
         rows = yield Op(
             single(
                 Stmt(
-                    f"SELECT thread_id, checkpoint_ns, checkpoint_id, checkpoint "
-                    f"FROM {d.checkpoints} WHERE {' AND '.join(conds)} "
-                    f"ORDER BY {key[1:-1]} LIMIT {d.p('limit')}",
+                    f"SELECT thread_id, checkpoint_ns, checkpoint_id, checkpoint, "
+                    f"parent_checkpoint_id FROM {d.checkpoints}"
+                    + (f" WHERE {' AND '.join(conds)}" if conds else "")
+                    + f" ORDER BY {key[1:-1]} LIMIT {d.p('limit')}",
                     params,
                     fetch=True,
                 )
@@ -652,11 +660,19 @@ def _records_program(
         )
         if not rows:
             return
-        for thread_id, ns, cid, record in rows:
+        for thread_id, ns, cid, record, parent_id in rows:
             fields = json_doc(record)
             where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
+            seal = fields.get(SEAL_KEY)
+            if seal is not None:  # never re-seal an edited record: check it first
+                verify_record(enc, thread_id, ns, cid, dict(fields), parent_id)
             moved = inline_at_versions(fields, where)
-            if not moved:
+            reseal = bind and (
+                bool(moved)
+                or seal is None
+                or enc.key_id_of((seal[0], base64.b64decode(seal[1]))) != enc.active_key_id
+            )
+            if not moved and not reseal:
                 continue
             sealed = []
             for channel, version, value in moved:
@@ -665,32 +681,40 @@ def _records_program(
                 location = ValueLocation.blob(thread_id, ns, channel, version)
                 sealed.append((ns, channel, version, *enc.reseal(data, location, bind=bind)))
             report.rewritten += len(moved)
+            report.records_sealed += reseal
             if dry_run:
                 continue
             fields.pop(INLINE_KEY, None)
+            fields.pop(SEAL_KEY, None)
+            if reseal:
+                fields[SEAL_KEY] = make_seal(enc, thread_id, ns, cid, fields, parent_id)
             old = record if isinstance(record, str) else json.dumps(record)
             new = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
             changed = yield Op(
                 _move_inline_plan(
                     Stmt,
-                    d.insert_blobs(thread_id, sealed),
+                    [d.insert_blobs(thread_id, sealed)] if sealed else [],
                     update,
                     {"new": new, "old": old, "t": thread_id, "ns": ns, "cid": cid},
+                    each,
                 ),
                 txn=True,
             )
             if not changed:
-                report.skipped_changed += len(moved)
+                report.skipped_changed += len(moved) + reseal
                 report.rewritten -= len(moved)
+                report.records_sealed -= reseal
         if len(rows) < batch_size:
             return
         after = tuple(rows[-1][:3])
 
 
-def _move_inline_plan(stmt: Any, insert: Any, update: str, params: dict[str, Any]) -> Any:
-    """Store the sealed values, then drop them from the record if it is unchanged; a
-    record a writer changed meanwhile keeps its values (the rows stored stay unused)."""
-    yield insert
+def _move_inline_plan(
+    stmt: Any, inserts: list[Any], update: str, params: dict[str, Any], each: Any
+) -> Any:
+    """Store the sealed values, then rewrite the record if it is unchanged; a record a
+    writer changed meanwhile keeps its values (the rows stored stay unused)."""
+    yield from each(inserts)
     rows = yield stmt(update + " RETURNING 1", params, fetch=True)
     return len(rows)
 

@@ -32,7 +32,8 @@ reads to decide whether to bind):
   `transfer.fork_to_thread_plan` read each value at the source location and store it at the
   target's (`relocate`, in pages) when `is_located(serde)`; with a plain serializer they
   copy bytes in SQL as before. A fork inside its thread (`fork_in_place_plan`, a graph run
-  from an old checkpoint) keeps every key, so nothing is re-sealed.
+  from an old checkpoint) keeps every value's key; only its new record's seal (see
+  `savers/sql/record_seal.py`, which also authenticates the SQL records) is made anew.
 - Export/import carries values as stored: a location names no database, so an import
   elsewhere (same thread ids) reads back with the same keys.
 - The command-line tools hold no keys: they read values without a location (encrypted
@@ -69,7 +70,7 @@ __all__ = [
     "relocate",
 ]
 
-LocationKind = Literal["blob", "write", "checkpoint", "metadata"]
+LocationKind = Literal["blob", "write", "checkpoint", "metadata", "record_seal"]
 
 _AAD_PREFIX = b"checkpointer/location/v1"
 
@@ -132,6 +133,11 @@ class ValueLocation:
     def metadata(cls, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> ValueLocation:
         """Checkpoint metadata stored through the serializer (the in-memory saver does)."""
         return cls("metadata", str(thread_id), checkpoint_ns, checkpoint_id=checkpoint_id)
+
+    @classmethod
+    def record_seal(cls, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> ValueLocation:
+        """The seal a SQL saver keeps in a checkpoint record (`sql/record_seal.py`)."""
+        return cls("record_seal", str(thread_id), checkpoint_ns, checkpoint_id=checkpoint_id)
 
     def aad(self) -> bytes:
         """Canonical bytes naming this location (AES-GCM associated data)."""

@@ -49,6 +49,12 @@ from checkpointer.savers.sql.inline import (
     serde_inlines,
     stored_form,
 )
+from checkpointer.savers.sql.record_seal import (
+    SEAL_KEY,
+    make_seal,
+    record_verifier,
+    verify_record,
+)
 from checkpointer.savers.sql.schema import THREADS
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, batch_loader, dumps_at, is_located, load_at
@@ -92,6 +98,8 @@ def check_stored_sizes(rows: Iterable[tuple[str, str, bytes]], where: str) -> No
 
 WALK_BOUND_REACHED = -1
 """Row kind of `delta_history_stmt` for a walk that reached its bound (see there)."""
+WALK_RECORD = 3
+"""A delta-walk row carrying a passed checkpoint's record, to verify its seal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,13 +177,22 @@ def each(stmts: Iterable[Stmt]) -> Plan[None]:
 
 
 # --------------------------------------------------------------------------- encoding
-def encode_record(checkpoint: Checkpoint, inline: Mapping[str, Any] | None = None) -> str:
+def encode_record(
+    checkpoint: Checkpoint,
+    inline: Mapping[str, Any] | None = None,
+    seal: Callable[[Mapping[str, Any]], list[str]] | None = None,
+) -> str:
     """The checkpoint minus its values (and its id, which is a column), as JSON text, with
-    the small scalar values `inline` (see `inline.py`) if any."""
-    record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
+    the small scalar values `inline` (see `inline.py`) if any, and the record's seal
+    (`record_seal.py`) when `seal` is given."""
+    record: dict[str, Any] = {
+        k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")
+    }
     if inline:
         record[INLINE_KEY] = inline
     try:
+        if seal is not None:
+            record[SEAL_KEY] = seal(record)
         return record_json(record)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"checkpoint record is not JSON-serializable: {exc}") from exc
@@ -249,12 +266,17 @@ def decode_checkpoint(
     values: dict[str, Any],
     where: Where = _NO_WHERE,
     load_inline: Callable[[str, Any, Mapping[str, Any]], Any] | None = None,
+    verify: Callable[[dict[str, Any]], None] | None = None,
 ) -> Checkpoint:
     """The checkpoint column plus its id and values: the value rows' `values` and the
     record's inline ones (read through `load_inline` when given). Type checks only, one
     level deep (on the hot path of every read): a record of the wrong shape is a
     CorruptValueError naming the field, not a TypeError somewhere in the runtime later."""
     fields = _json_object(record, "checkpoint record", where)
+    if verify is not None:  # a located serializer: check (and drop) the record's seal
+        verify(fields)
+    elif SEAL_KEY in fields:
+        del fields[SEAL_KEY]
     inline = read_inline(fields, where, load_inline)
     if inline:
         for channel, value in inline.items():
@@ -834,6 +856,9 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
                 values,
                 where,
                 None if takes_inline else inline_loader(serde, thread_id, ns, where),
+                record_verifier(serde, thread_id, ns, checkpoint_id, parent_id)
+                if located
+                else None,
             ),
             metadata=decode_metadata(head[9], where),
             parent_config=(
@@ -874,7 +899,11 @@ def _applied_order(row: Row) -> tuple[str, str, int]:
 
 # --------------------------------------------------------------------------- delta history
 def delta_history_stmt(
-    d: Dialect, config: RunnableConfig, channels: Sequence[str], bound: int | None = None
+    d: Dialect,
+    config: RunnableConfig,
+    channels: Sequence[str],
+    bound: int | None = None,
+    records: bool = False,
 ) -> Stmt:
     """Seeds and writes for up to 62 channels in one recursive statement.
 
@@ -889,6 +918,11 @@ def delta_history_stmt(
     has come back to a checkpoint it passed, and stops there, on the server, with one
     `WALK_BOUND_REACHED` row (first in the result) naming where. A stale summary can
     only make that a false alarm, which `confirm_walk_loop` tells apart.
+
+    With `records` (a serializer that seals records, `record_seal.py`), the result ends with
+    one `WALK_RECORD` row per checkpoint the walk passed (ref = its id, ikind = its parent
+    id, itext = its record), so that every record whose versions or parent steered the
+    walk is verified.
     """
     if len(channels) > MAX_CHANNELS_PER_QUERY:
         raise ValueError(f"at most {MAX_CHANNELS_PER_QUERY} channels per statement")
@@ -1043,10 +1077,17 @@ def delta_history_stmt(
                 + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
                 + f" WHERE w.depth > 0 AND {unreadable} "
             )
+        if records:
+            sql += (
+                f"UNION ALL SELECT {WALK_RECORD}, w.depth, NULL, NULL, NULL, NULL, NULL, NULL, "
+                f"w.checkpoint_id, w.parent_id, {d.text('pc.checkpoint')} FROM walk w "
+                + d.lookup(d.checkpoints, "pc", "pc.checkpoint", lookup_pc("w.checkpoint_id"))
+                + " "
+            )
         sql += "ORDER BY 1, 2 DESC, 4, 5, 6"
         return sql
 
-    sql = d.sql(("delta", n, checkpoint_id is None), build)
+    sql = d.sql(("delta", n, checkpoint_id is None, records), build)
     return Stmt(sql, params, fetch=True)
 
 
@@ -1099,6 +1140,12 @@ def decode_delta_history(
         kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref = row[:9]
         if kind == WALK_BOUND_REACHED:  # never decode a walk cut short (see the statement)
             raise history_loop(thread_id, checkpoint_ns, str(ref))
+        if kind == WALK_RECORD:
+            fields = _json_object(
+                row[10], "checkpoint record", {"thread_id": thread_id, "checkpoint_id": ref}
+            )
+            verify_record(serde, thread_id, checkpoint_ns, str(ref), fields, row[9])
+            continue
         if kind == 2:
             raise CorruptValueError(
                 "checkpoint record is unreadable (not a JSON object with channel_versions), "
@@ -1182,22 +1229,24 @@ def delta_history_plan(
     thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
     out: dict[str, DeltaChannelHistory] = {}
     for chunk in delta_history_chunks(channels):
-        rows = yield from delta_walk_plan(d, config, chunk)
+        rows = yield from delta_walk_plan(d, config, chunk, is_located(serde))
         out.update(
             decode_delta_history(rows, chunk, serde, d, thread_id=thread_id, checkpoint_ns=ns)
         )
     return out
 
 
-def delta_walk_plan(d: Dialect, config: RunnableConfig, chunk: Sequence[str]) -> Plan[list[Row]]:
+def delta_walk_plan(
+    d: Dialect, config: RunnableConfig, chunk: Sequence[str], records: bool = False
+) -> Plan[list[Row]]:
     """The rows of `delta_history_stmt` for one chunk of channels; a walk that reached its
     bound is walked again with the exact one, unless `confirm_walk_loop` finds a loop."""
-    rows = yield delta_history_stmt(d, config, chunk)
+    rows = yield delta_history_stmt(d, config, chunk, records=records)
     if rows and rows[0][0] == WALK_BOUND_REACHED:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         pointers = yield parent_pointers_stmt(d, thread_id, ns)
         bound = confirm_walk_loop(pointers, thread_id, ns, checkpoint_id_of(config))
-        rows = yield delta_history_stmt(d, config, chunk, bound)
+        rows = yield delta_history_stmt(d, config, chunk, bound, records)
     return rows
 
 
@@ -1264,7 +1313,13 @@ def put_op(
         ]
     meta_text = d.check_metadata(encode_metadata(metadata))
     run_id = metadata.get("run_id")
-    record = encode_record(checkpoint, inline)
+    record = encode_record(
+        checkpoint,
+        inline,
+        partial(make_seal, serde, thread_id, ns, checkpoint_id, parent_id=parent_id)
+        if is_located(serde)
+        else None,
+    )
     where = f"in checkpoint {checkpoint_id!r}"
     check_stored_sizes(((ch, t, data) for ch, _, t, data in blobs), where)
     for name, text in (("(checkpoint record)", record), ("(metadata)", meta_text)):

@@ -307,15 +307,18 @@ class _SqlPrograms:
             return {}
         out: dict[str, DeltaChannelHistory] = {}
         where = {"thread_id": thread_id_of(config), "checkpoint_ns": checkpoint_ns_of(config)}
+        records = is_located(self.serde)  # verify the sealed records the walk passes
         for chunk in delta_history_chunks(channels):
-            stmt = partial(delta_history_stmt, config=config, channels=chunk)
+            stmt = partial(delta_history_stmt, config=config, channels=chunk, records=records)
             rows = yield from self._p_read(stmt)
             if rows and rows[0][0] == WALK_BOUND_REACHED:
                 # A loop in parent pointers, or a summary that undercounts the thread.
                 thread_id, ns = where["thread_id"], where["checkpoint_ns"]
                 pointers = yield read_op(parent_pointers_stmt(self._dialect, thread_id, ns))
                 bound = confirm_walk_loop(pointers, thread_id, ns, checkpoint_id_of(config))
-                stmt = partial(delta_history_stmt, config=config, channels=chunk, bound=bound)
+                stmt = partial(
+                    delta_history_stmt, config=config, channels=chunk, bound=bound, records=records
+                )
                 rows = yield from self._p_read(stmt)
                 if rows and rows[0][0] == WALK_BOUND_REACHED:
                     raise history_loop(thread_id, ns, str(rows[0][8]))

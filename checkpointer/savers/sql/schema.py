@@ -19,10 +19,10 @@ WRITES = "checkpointer_writes"
 THREADS = "checkpointer_threads"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
-KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005")
+KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006")
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
 

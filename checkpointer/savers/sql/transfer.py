@@ -21,6 +21,7 @@ from checkpointer.ids import new_checkpoint_id
 from checkpointer.savers.sql import core
 from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json, record_json
 from checkpointer.savers.sql.inspect import ancestors_plan, json_doc
+from checkpointer.savers.sql.record_seal import SEAL_KEY, make_seal, resealed, verify_record
 from checkpointer.serde.base import Serializer
 from checkpointer.serde.encryption import bound_values_stmts
 from checkpointer.serde.located import ValueLocation, is_located, relocate
@@ -346,6 +347,42 @@ def relocate_values_plan(
         write_after = (last.checkpoint_ns, last.checkpoint_id, last.task_id, last.idx)
 
 
+def reseal_records_plan(d: Dialect, serde: Serializer, source: str, target: str) -> Plan[None]:
+    """Re-seal the checkpoint records just copied from `source` into `target`
+    (`record_seal.py`): a seal names its thread, so a copied one would not open there.
+    Each seal is checked at the source first. Records without a seal are left as they are.
+    Pages of `RELOCATE_PAGE` records; run it in the copy's transaction."""
+    after: tuple[str, str] | None = None
+    while True:
+        params: dict[str, Any] = {"dst": target, "n": RELOCATE_PAGE}
+        cond = f"thread_id = {d.p('dst')}"
+        if after is not None:
+            cond += (
+                f" AND (checkpoint_ns > {d.p('ans')} OR (checkpoint_ns = {d.p('ans')} "
+                f"AND checkpoint_id > {d.p('aid')}))"
+            )
+            params.update(ans=after[0], aid=after[1])
+        rows = yield Stmt(
+            f"SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint FROM "
+            f"{d.checkpoints} WHERE {cond} ORDER BY checkpoint_ns, checkpoint_id "
+            f"LIMIT {d.p('n')}",
+            params,
+            fetch=True,
+        )
+        for ns, checkpoint_id, parent_id, record in rows:
+            fields = resealed(serde, json_doc(record), source, target, ns, checkpoint_id, parent_id)
+            if fields is not None:
+                yield Stmt(
+                    f"UPDATE {d.checkpoints} SET checkpoint = {d.json_param('rec')} WHERE "
+                    f"thread_id = {d.p('dst')} AND checkpoint_ns = {d.p('ns')} AND "
+                    f"checkpoint_id = {d.p('c')}",
+                    {"rec": record_json(fields), "dst": target, "ns": ns, "c": checkpoint_id},
+                )
+        if len(rows) < RELOCATE_PAGE:
+            break
+        after = (rows[-1][0], rows[-1][1])
+
+
 def copy_thread_relocating_plan(
     d: Dialect, serde: Serializer, source: str, target: str
 ) -> Plan[None]:
@@ -362,6 +399,7 @@ def copy_thread_relocating_plan(
         "parent_checkpoint_id = excluded.parent_checkpoint_id, " + d.checkpoint_upsert_values(),
         params,
     )
+    yield from reseal_records_plan(d, serde, source, target)
     yield from relocate_values_plan(d, serde, source, target, replace_writes=True)
     yield from refresh_thread_summaries_plan(d, [target])
 
@@ -486,6 +524,7 @@ def fork_to_thread_plan(
         assert serde is not None
         wanted_blobs = {(str(ch), str(v)) for ch, v in keys}
         wanted_writes = set(write_ids)
+        yield from reseal_records_plan(d, serde, source, target)
         yield from relocate_values_plan(
             d,
             serde,
@@ -525,12 +564,17 @@ def fork_in_place_plan(
     checkpoint_id: str,
     *,
     new_id: Callable[[str | None], str] | None = None,
+    serde: Serializer | None = None,
 ) -> Plan[ForkResult]:
     """Add a copy of `checkpoint_id` as the new head of its thread: same parent, same
     channel versions (so the same stored values and the same delta history, readable with
     no reducer), `source: "fork"` and `forked_from` in its metadata, no run id, no pending
     writes. The next run of the thread continues from it, running the step after the
-    forked checkpoint again; the old branch stays as it was."""
+    forked checkpoint again; the old branch stays as it was.
+
+    A sealed record (`record_seal.py`) names its checkpoint id, so the copy is re-sealed
+    for the new id, which needs the saver's serializer (`serde`): without it (the
+    command-line tools hold no keys) the fork is refused rather than made unreadable."""
     key = {"t": thread_id, "ns": ns, "c": checkpoint_id}
     rows = yield Stmt(
         f"SELECT parent_checkpoint_id, checkpoint, metadata FROM {d.checkpoints} WHERE "
@@ -549,6 +593,14 @@ def fork_in_place_plan(
     )
     fork_id = (new_id or newer_checkpoint_id)(latest[0][0] if latest else None)
     rec = json_doc(record)
+    if SEAL_KEY in rec:
+        if serde is None or not is_located(serde):
+            raise CheckpointerError(
+                f"checkpoint {checkpoint_id!r} of thread {thread_id!r} is sealed (an encrypted "
+                "database): fork it through a saver holding the keys, not the tools"
+            )
+        verify_record(serde, thread_id, ns, checkpoint_id, rec, parent_id)
+        rec[SEAL_KEY] = make_seal(serde, thread_id, ns, fork_id, rec, parent_id)
     rec["ts"] = utc_now_iso()
     meta = json_doc(metadata, metadata=True)
     meta.pop("run_id", None)
