@@ -539,7 +539,7 @@ def test_sqlite_upgrade_to_0005_keeps_writes_and_takes_any_task_id(tmp_path: Pat
     ):
         saver.get_tuple(make_config("old-thread"))
     migrate(f"sqlite:///{path}")
-    assert _version(path) == [("0005",)]
+    assert _version(path) == [(SCHEMA_REVISION,)]
     with SqliteSaver.from_conn_string(path, setup=False) as saver:
         _upgrade_from_0004_and_name_a_task(saver)
 
@@ -554,7 +554,7 @@ def test_pg_upgrade_to_0005_keeps_writes_and_takes_any_task_id(pg_url: str, pg_s
         _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False) as saver:
         _upgrade_from_0004_and_name_a_task(saver)  # set up (upgraded) on open
-    assert _pg_version(pg_url, pg_schema) == [("0005",)]
+    assert _pg_version(pg_url, pg_schema) == [(SCHEMA_REVISION,)]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         rows = conn.execute(
             f'SELECT task_id::text, task_name FROM "{pg_schema}".checkpointer_writes '
