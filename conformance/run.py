@@ -69,6 +69,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="pytest-xdist workers for LangGraph's suite (default 2; 1: no xdist)",
     )
     parser.add_argument(
+        "--no-rerun",
+        dest="rerun",
+        action="store_false",
+        help="do not rerun failures once to tell flaky tests from failing ones",
+    )
+    parser.add_argument(
         "--install",
         action="store_true",
         help="pip-install the pinned LangGraph releases when others are installed",
@@ -133,6 +139,10 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def run_suite(
     suite: suites.Suite,
     kinds: list[str],
@@ -142,9 +152,12 @@ def run_suite(
     results: Path,
     log: Path,
 ) -> int:
+    """Run one suite on `kinds`, then its failures once more on their own: a test that
+    passes the second time is counted `flaky` (reported, not failing the run). Appends
+    the outcomes to `results` and returns pytest's exit status of the first session."""
     tree = fetch.prepare(suite)
     files = list(suite.files) if suite.files is not None else _langgraph_files(tree)
-    cmd = [
+    base = [
         sys.executable,
         "-m",
         "pytest",
@@ -160,39 +173,60 @@ def run_suite(
         "ignore::DeprecationWarning",
     ]
     if _has("pytest_randomly"):
-        cmd += ["-p", "no:randomly"]
-    if suite.files is None and args.jobs > 1 and _has("xdist"):
-        cmd += ["-n", str(args.jobs)]
-    if args.keyword:
-        cmd += ["-k", args.keyword]
-    cmd += [*files, *args.pytest_args]
+        base += ["-p", "no:randomly"]
     env = dict(os.environ)
     env.update(
         CONFORMANCE_SUITE=suite.name,
         CONFORMANCE_SAVERS=",".join(kinds),
-        CONFORMANCE_RESULTS=str(results),
         CONFORMANCE_BASELINE="1" if baseline else "0",
         CHECKPOINTER_TEST_PG_URL=savers.PG_URL,
         NO_DOCKER="true",  # LangGraph's suite: no Redis or Postgres stores and caches
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
     )
     env.pop("LANGGRAPH_STRICT_MSGPACK", None)
+    first = [*base]
+    if suite.files is None and args.jobs > 1 and _has("xdist"):
+        first += ["-n", str(args.jobs)]
+    if args.keyword:
+        first += ["-k", args.keyword]
+    first += [*files, *args.pytest_args]
+
+    label = f"{suite.distribution} {suite.version}" + (" (baseline)" if baseline else "")
+    print(f"running {label} on {', '.join(kinds)} ... ", end="", flush=True)
+    started = time.monotonic()
     database = ""
     if suite.name == "checkpoint-postgres":
         database = f"lgsuites_{uuid.uuid4().hex[:12]}"
         _pg_database("create", database)
         env["CONFORMANCE_PG_DB"] = database
-    label = f"{suite.distribution} {suite.version}" + (" (baseline)" if baseline else "")
-    print(f"running {label} on {', '.join(kinds)} ... ", end="", flush=True)
-    started = time.monotonic()
+    session = log.with_suffix(".jsonl")
+    again = log.with_suffix(".rerun.jsonl")
+    session.unlink(missing_ok=True)
+    again.unlink(missing_ok=True)
     try:
         with log.open("w") as out:
-            out.write(" ".join(cmd) + "\n")
+            out.write(" ".join(first) + "\n")
             out.flush()
-            code = subprocess.run(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
+            env["CONFORMANCE_RESULTS"] = str(session)
+            code = subprocess.run(first, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
+            records = _read(session)
+            failed = [r["nodeid"] for r in records if r["outcome"] == "failed"]
+            if failed and args.rerun:
+                out.write(f"\n===== rerunning the {len(failed)} failures once =====\n")
+                out.flush()
+                env["CONFORMANCE_RESULTS"] = str(again)
+                subprocess.run(
+                    [*base, *failed], cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT
+                )
     finally:
         if database:
             _pg_database("drop", database)
+    passed_again = {r["nodeid"] for r in _read(again) if r["outcome"] == "passed"}
+    with results.open("a") as merged:
+        for record in records:
+            if record["outcome"] == "failed" and record["nodeid"] in passed_again:
+                record["outcome"] = "flaky"
+            merged.write(json.dumps(record) + "\n")
     shown = log.relative_to(ROOT) if log.is_relative_to(ROOT) else log
     print(f"{time.monotonic() - started:.0f} s (log: {shown})", flush=True)
     return code.returncode
@@ -207,6 +241,8 @@ def _counts(records: list[dict[str, Any]]) -> dict[tuple[str, str], Counter[str]
 
 def _line(kind: str, c: Counter[str]) -> str:
     text = f"{_LABELS.get(kind, kind)}: {c['passed']} passed, {c['failed']} failed"
+    if c["flaky"]:
+        text += f", {c['flaky']} flaky (failed, then passed on rerun)"
     if c["skipped"]:
         text += f", {c['skipped']} skipped"
     if c["excluded"]:
@@ -262,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             code = run_suite(suite, run_kinds, baseline=baseline, args=args, results=raw, log=log)
             if code not in (0, 1):
                 failed_runs.append(f"{name} (pytest exit {code}, see {log})")
-    records = [json.loads(line) for line in raw.read_text().splitlines()] if raw.exists() else []
+    records = _read(raw)
     args.results.write_text(json.dumps(records, indent=1))
     report({n: all_suites[n] for n in chosen}, records)
     elapsed = time.monotonic() - started
