@@ -69,10 +69,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="pytest-xdist workers for LangGraph's suite (default 2; 1: no xdist)",
     )
     parser.add_argument(
-        "--no-rerun",
-        dest="rerun",
-        action="store_false",
-        help="do not rerun failures once to tell flaky tests from failing ones",
+        "--rerun",
+        type=int,
+        default=50,
+        metavar="N",
+        help="rerun the failures once, when there are at most N of them (default 50; 0: never), "
+        "to tell flaky tests from failing ones",
     )
     parser.add_argument(
         "--install",
@@ -184,9 +186,10 @@ def run_suite(
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
     )
     env.pop("LANGGRAPH_STRICT_MSGPACK", None)
-    first = [*base]
-    if suite.files is None and args.jobs > 1 and _has("xdist"):
-        first += ["-n", str(args.jobs)]
+    parallel = ["-n", str(args.jobs)] if suite.files is None and args.jobs > 1 else []
+    if parallel and not _has("xdist"):
+        parallel = []
+    first = [*base, *parallel]
     if args.keyword:
         first += ["-k", args.keyword]
     first += [*files, *args.pytest_args]
@@ -211,12 +214,18 @@ def run_suite(
             code = subprocess.run(first, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
             records = _read(session)
             failed = [r["nodeid"] for r in records if r["outcome"] == "failed"]
-            if failed and args.rerun:
+            # Only a handful of failures may be flakes worth telling apart; many mean the run
+            # fails anyway, and rerunning them all would double its time.
+            if failed and len(failed) <= args.rerun:
                 out.write(f"\n===== rerunning the {len(failed)} failures once =====\n")
                 out.flush()
                 env["CONFORMANCE_RESULTS"] = str(again)
                 subprocess.run(
-                    [*base, *failed], cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT
+                    [*base, *parallel, *failed],
+                    cwd=tree,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                 )
     finally:
         if database:
