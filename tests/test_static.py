@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE = [d for d in ("checkpointer", "tests", "benchmarks") if (ROOT / d).is_dir()]
+CODE = [d for d in ("checkpointer", "tests", "benchmarks", "conformance") if (ROOT / d).is_dir()]
 
 
 def _tool(name: str) -> list[str]:
