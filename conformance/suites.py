@@ -12,6 +12,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PINS = HERE / "pins.toml"
+KNOWN_FAILURES = HERE / "known_failures.txt"
+"""Tests that still fail on our savers, each with its cause: reported, not failing CI, until
+fixed (a fixed one is reported too, to be taken off the list)."""
 EXCLUDES = HERE / "excludes.txt"
 CACHE = HERE / ".cache"
 

@@ -49,7 +49,7 @@ def filter_path(key: Any) -> tuple[str, ...]:
     dots (a dotted key looks into nested objects). Anything else is a ConfigError."""
     if not isinstance(key, str) or len(key) > FILTER_KEY_MAX or not _FILTER_KEY.fullmatch(key):
         raise ConfigError(
-            f"invalid metadata filter key {key!r}: use letters, digits, '_' or '-', with "
+            f"Invalid filter key {key!r} for metadata: use letters, digits, '_' or '-', with "
             f"'.' between the names of nested keys (at most {FILTER_KEY_MAX} characters)"
         )
     return tuple(key.split("."))
