@@ -234,11 +234,21 @@ def _checked_id(value: str, key: str, n: int) -> str:
         raise ExportFormatError(f"line {n}: {exc}") from exc
 
 
+def _text(value: str, key: str, n: int) -> str:
+    """A string a database can store as text: no lone surrogate (not UTF-8)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ExportFormatError(f"line {n}: {key!r} is not valid UTF-8") from exc
+    return value
+
+
 def _str(record: dict[str, Any], key: str, n: int) -> str:
     value = record.get(key)
     if not isinstance(value, str):
         raise ExportFormatError(f"line {n}: {record.get('kind')} record needs a string {key!r}")
-    return _checked_id(value, key, n) if key in _ID_KEYS else value
+    return _checked_id(value, key, n) if key in _ID_KEYS else _text(value, key, n)
 
 
 def _opt_str(record: dict[str, Any], key: str, n: int) -> str | None:
@@ -247,7 +257,7 @@ def _opt_str(record: dict[str, Any], key: str, n: int) -> str | None:
         raise ExportFormatError(f"line {n}: {key!r} must be a string or null")
     if value is not None and key in _ID_KEYS:
         return _checked_id(value, key, n)
-    return value
+    return value if value is None else _text(value, key, n)
 
 
 def _data(record: dict[str, Any], n: int) -> bytes:
