@@ -129,16 +129,18 @@ async def test_any_task_id_round_trips_in_text_order(harness: Harness) -> None:
     assert sorted(copied.pending_writes or []) == sorted(tup.pending_writes or [])
 
 
-async def test_a_task_id_postgres_cannot_hold_is_a_config_error(harness: Harness) -> None:
+async def test_a_task_id_no_backend_can_hold_is_a_config_error(harness: Harness) -> None:
+    """One id rule on every saver (`types.check_id`): a NUL or a lone surrogate is refused
+    before anything is stored, and the writes already there stay."""
     from checkpointer.errors import ConfigError
 
     thread = f"t-{uuid.uuid4().hex[:8]}"
     config = await _anchor(harness, thread)
     await harness.put_writes(config, [("x", 1)], "task-1")
-    if harness.kind.endswith("postgres"):
-        with pytest.raises(ConfigError, match="NUL"):
-            await harness.put_writes(config, [("x", 2)], "task\x00two")
-    else:  # text columns (and the in-memory saver) hold any string
+    with pytest.raises(ConfigError, match="NUL"):
         await harness.put_writes(config, [("x", 2)], "task\x00two")
+    with pytest.raises(ConfigError, match="surrogate"):
+        await harness.put_writes(config, [("x", 3)], "task\ud800")
     tup = await harness.get_tuple(config)
     assert tup is not None and ("task-1", "x", 1) in (tup.pending_writes or [])
+    assert [w for w in tup.pending_writes or [] if w[1] == "x"] == [("task-1", "x", 1)]
