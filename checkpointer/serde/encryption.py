@@ -29,7 +29,8 @@ database must not be able to inject unencrypted state. `allow_plaintext=True` ac
 for migrating an existing database; run `reencrypt(saver)` and then turn it off.
 
 Compression, if wanted, goes inside: `EncryptedSerializer(CompressingSerializer(...))`
-(ciphertext does not compress). Needs `cryptography` (`pip install "superstep-checkpointer[crypto]"`).
+(ciphertext does not compress). Needs `cryptography`
+(`pip install "superstep-checkpointer[crypto]"`).
 """
 
 from __future__ import annotations
