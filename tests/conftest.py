@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -203,21 +204,28 @@ async def close_saver(kind: str, saver: Any) -> None:
         saver.close()
 
 
-@pytest_asyncio.fixture(params=SAVER_KINDS)
-async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
-    """Each contract test runs once per saver kind."""
-    kind: str = request.param
+@asynccontextmanager
+async def opened_saver(kind: str, tmp_path: Path) -> AsyncIterator[Any]:
+    """A set-up saver of `kind` for one test (PostgreSQL ones in a fresh schema), closed
+    and its schema dropped afterwards."""
     schema = None
     if kind in PG_KINDS:
         require_postgres()
         schema = f"cp_test_{uuid.uuid4().hex[:12]}"
     saver = await open_saver(kind, tmp_path, schema)
     try:
-        yield Harness(saver, kind)
+        yield saver
     finally:
         await close_saver(kind, saver)
         if schema is not None:
             drop_schema(schema)
+
+
+@pytest_asyncio.fixture(params=SAVER_KINDS)
+async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    """Each contract test runs once per saver kind."""
+    async with opened_saver(request.param, tmp_path) as saver:
+        yield Harness(saver, request.param)
 
 
 class StatementCounter:

@@ -24,12 +24,8 @@ from checkpointer.errors import UnregisteredTypeError
 from checkpointer.langgraph import LangGraphSaver, langgraph_serializer
 from checkpointer.serde import MsgpackSerializer
 from tests.conftest import (
-    PG_KINDS,
     SAVER_KINDS,
-    close_saver,
-    drop_schema,
-    open_saver,
-    require_postgres,
+    opened_saver,
 )
 from tests.lg_graphs import SCENARIOS, ChatFew, chat_graph
 
@@ -38,18 +34,8 @@ from tests.lg_graphs import SCENARIOS, ChatFew, chat_graph
 async def lg_saver(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     """Each of our savers as a LangGraph checkpointer. Async savers serve LangGraph's sync
     calls from other threads while this test's event loop runs."""
-    kind: str = request.param
-    schema = None
-    if kind in PG_KINDS:
-        require_postgres()
-        schema = f"cp_test_{uuid.uuid4().hex[:12]}"
-    saver = await open_saver(kind, tmp_path, schema)
-    try:
+    async with opened_saver(request.param, tmp_path) as saver:
         yield LangGraphSaver(saver)
-    finally:
-        await close_saver(kind, saver)
-        if schema is not None:
-            drop_schema(schema)
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

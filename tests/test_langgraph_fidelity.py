@@ -28,30 +28,18 @@ from checkpointer.ids import new_checkpoint_id
 from checkpointer.langgraph import LangGraphSaver, run_metadata
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import (
-    PG_KINDS,
     PG_URL,
     SAVER_KINDS,
-    close_saver,
     drop_schema,
-    open_saver,
+    opened_saver,
     require_postgres,
 )
 
 
 @pytest_asyncio.fixture(params=SAVER_KINDS)
 async def lg_saver(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    kind: str = request.param
-    schema = None
-    if kind in PG_KINDS:
-        require_postgres()
-        schema = f"cp_test_{uuid.uuid4().hex[:12]}"
-    saver = await open_saver(kind, tmp_path, schema)
-    try:
+    async with opened_saver(request.param, tmp_path) as saver:
         yield LangGraphSaver(saver)
-    finally:
-        await close_saver(kind, saver)
-        if schema is not None:
-            drop_schema(schema)
 
 
 async def same_as_reference(scenario: Callable[[Any], Any], lg_saver: Any) -> Any:
