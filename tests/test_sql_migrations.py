@@ -465,8 +465,8 @@ def test_sqlite_upgrade_to_0004_hands_summaries_to_triggers(tmp_path: Path) -> N
     checkpoints, values, writes, a re-saved checkpoint and a replaced write all count."""
     from datetime import UTC, datetime
 
-    from checkpointer.savers.sql.core import refresh_summaries_stmts
     from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
+    from checkpointer.savers.sql.summaries import refresh_summaries_stmts
     from checkpointer.types import ERROR
 
     path = tmp_path / "old.db"

@@ -11,22 +11,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from checkpointer.errors import ConfigError
+from checkpointer.savers.base import dumps_json
 from checkpointer.savers.metadata import escape_json_text, filter_path
-from checkpointer.savers.sql.core import (
-    SUMMARY_COLUMNS,
-    Dialect,
-    Op,
-    Plan,
-    Stmt,
-    dumps_json,
-    each,
+from checkpointer.savers.sql.dialect import Dialect
+from checkpointer.savers.sql.migration import plan_upgrade
+from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
+from checkpointer.savers.sql.puts import refused_put_plan
+from checkpointer.savers.sql.schema import (
+    BLOBS,
+    CHECKPOINTS,
+    THREADS,
+    VERSION_TABLE,
+    WRITES,
     quote_ident,
+)
+from checkpointer.savers.sql.summaries import (
+    SUMMARY_COLUMNS,
     refresh_summaries_stmts,
-    refused_put_plan,
     summary_merge,
 )
-from checkpointer.savers.sql.migration import plan_upgrade
-from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
 
 _CASTS = {
     "text": "text",

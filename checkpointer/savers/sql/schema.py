@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from checkpointer.errors import ConfigError
+
 CHECKPOINTS = "checkpointer_checkpoints"
 BLOBS = "checkpointer_blobs"
 WRITES = "checkpointer_writes"
@@ -142,3 +144,10 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
 
 
 metadata = build_metadata()
+
+
+def quote_ident(name: str) -> str:
+    """A double-quoted SQL identifier (schema names are user input)."""
+    if not isinstance(name, str) or not name or "\x00" in name or len(name) > 63:
+        raise ConfigError(f"invalid schema name {name!r}")
+    return '"' + name.replace('"', '""') + '"'

@@ -9,20 +9,14 @@ from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
 
+from checkpointer.savers.base import dumps_json
 from checkpointer.savers.metadata import filter_path
-from checkpointer.savers.sql.core import (
-    SUMMARY_CLOCK_SECONDS,
-    Dialect,
-    Op,
-    Plan,
-    Stmt,
-    dumps_json,
-    each,
-    refresh_summaries_stmts,
-    refused_put_plan,
-)
+from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.migration import plan_upgrade
+from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
+from checkpointer.savers.sql.puts import refused_put_plan
 from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
+from checkpointer.savers.sql.summaries import SUMMARY_CLOCK_SECONDS, refresh_summaries_stmts
 
 SQLITE_TS_FORMAT = "%Y-%m-%d %H:%M:%f"
 """What SQLite's strftime writes and the summary table stores (UTC, milliseconds)."""
@@ -119,7 +113,7 @@ class SqliteDialect(Dialect):
         return f"(instr({record}, {version}) > 0 OR {version} GLOB '*[^0-9A-Za-z._:+-]*')"
 
     def _has_inline(self, record: str) -> str:
-        # Writes put inline values first (`core.record_json`): a prefix test finds them.
+        # Writes put inline values first (`records.record_json`): a prefix test finds them.
         return f"substr({record}, 1, 18) = '{{\"channel_values\":'"
 
     def inline_has(self, record: str, channel: str, probe: str) -> str:
