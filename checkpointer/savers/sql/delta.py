@@ -8,6 +8,7 @@ from functools import partial
 
 from checkpointer.errors import CorruptValueError
 from checkpointer.savers.base import history_loop
+from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK, delta_runs_sql
 from checkpointer.savers.sql.delta_sql import (
     MAX_CHANNELS_PER_QUERY,
     WALK_BOUND_REACHED,
@@ -69,6 +70,20 @@ def delta_history_stmt(
     params["bound"] = bound
     n, latest = len(channels), checkpoint_id is None
     sql = d.sql(("delta", n, latest, records), lambda: delta_history_sql(d, n, latest, records))
+    return Stmt(sql, params, fetch=True)
+
+
+def delta_runs_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[str]) -> Stmt:
+    """`delta_history_stmt`'s rows by range scans over runs (`delta_runs.py`), or one
+    `RUNS_FALLBACK` row where only the pointer walk can answer. Records are not verified
+    here: a serializer that seals them reads through `delta_history_stmt`."""
+    if len(channels) > MAX_CHANNELS_PER_QUERY:
+        raise ValueError(f"at most {MAX_CHANNELS_PER_QUERY} channels per statement")
+    thread_id, ns, checkpoint_id = config_address(config)
+    params = history_params(thread_id, ns, checkpoint_id, channels)
+    params["bound"] = None
+    n, latest = len(channels), checkpoint_id is None
+    sql = d.sql(("delta_runs", n, latest), lambda: delta_runs_sql(d, n, latest))
     return Stmt(sql, params, fetch=True)
 
 
@@ -184,8 +199,13 @@ def delta_history_plan(
 def delta_walk_plan(
     d: Dialect, config: RunnableConfig, chunk: Sequence[str], records: bool = False
 ) -> Plan[list[Row]]:
-    """The rows of `delta_history_stmt` for one chunk of channels; a walk that reached its
-    bound is walked again with the exact one, unless `confirm_walk_loop` finds a loop."""
+    """The rows of `delta_history_stmt` for one chunk of channels (by runs where they hold,
+    see `delta_runs_stmt`); a walk that reached its bound is walked again with the exact
+    one, unless `confirm_walk_loop` finds a loop."""
+    if not records:
+        rows = yield delta_runs_stmt(d, config, chunk)
+        if not rows or rows[0][0] != RUNS_FALLBACK:
+            return rows
     rows = yield delta_history_stmt(d, config, chunk, records=records)
     if rows and rows[0][0] == WALK_BOUND_REACHED:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)

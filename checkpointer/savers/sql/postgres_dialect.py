@@ -355,15 +355,25 @@ class PostgresDialect(Dialect):
             f"FROM {self.checkpoints} WHERE {key})",
             f"ok AS (SELECT {parent_ok} AND NOT EXISTS (SELECT 1 FROM prior WHERE prior.parent "
             "IS DISTINCT FROM CAST(%(parent_id)s AS text)) AS v)",
+            # The next seq of the namespace, and the run it continues (see `delta_runs`).
+            f"seq AS (SELECT coalesce(max(s.seq), -1) + 1 AS v FROM {self.checkpoints} s "
+            "WHERE s.thread_id = %(thread_id)s AND s.checkpoint_ns = %(checkpoint_ns)s)",
             f"cp AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
-            "parent_checkpoint_id, run_id, checkpoint, metadata) "
+            "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
             "SELECT CAST(%(thread_id)s AS text), CAST(%(checkpoint_ns)s AS text), "
             "CAST(%(checkpoint_id)s AS text), CAST(%(parent_id)s AS text), "
-            "CAST(%(run_id)s AS text), %(record)s::jsonb, %(metadata)s::jsonb "
+            "CAST(%(run_id)s AS text), %(record)s::jsonb, %(metadata)s::jsonb, seq.v, "
+            f"coalesce((SELECT p.run_start FROM {self.checkpoints} p WHERE p.thread_id = "
+            "%(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s AND p.checkpoint_id = "
+            "%(parent_id)s AND p.seq = seq.v - 1), seq.v) FROM seq "
             "WHERE (SELECT v FROM ok) "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
             + self.checkpoint_upsert_values()
-            + f" RETURNING {size} AS n)",
+            + f" RETURNING {size} AS n, seq)",
+            # Writes that arrived before their checkpoint take its seq now.
+            f"early AS (UPDATE {self.writes} w SET seq = (SELECT cp.seq FROM cp) WHERE "
+            "w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s AND "
+            "w.checkpoint_id = %(checkpoint_id)s AND w.seq IS NULL AND EXISTS (SELECT 1 FROM cp))",
         ]
         added = "(SELECT n FROM cp) - coalesce((SELECT n FROM prior), 0)"
         if blobs:
@@ -432,9 +442,11 @@ class PostgresDialect(Dialect):
             "AND w.checkpoint_id = %(checkpoint_id)s AND w.task_id = %(task_id)s::uuid "
             "AND w.idx IN (SELECT x.idx FROM x)), "
             f"ins AS (INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, "
-            f"task_id, {named_column}task_path, idx, channel, type, blob) SELECT "
+            f"task_id, {named_column}task_path, idx, channel, type, blob, seq) SELECT "
             "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, "
-            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob FROM x "
+            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob, (SELECT c.seq "
+            f"FROM {self.checkpoints} c WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns "
+            "= %(checkpoint_ns)s AND c.checkpoint_id = %(checkpoint_id)s) FROM x "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
             f"RETURNING idx, {self.size('blob')} AS n) "
             f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "

@@ -53,8 +53,10 @@ from checkpointer.savers.sql.delta import (
     decode_delta_history,
     delta_history_chunks,
     delta_history_stmt,
+    delta_runs_stmt,
     parent_pointers_stmt,
 )
+from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK
 from checkpointer.savers.sql.delta_sql import WALK_BOUND_REACHED
 from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.inline import RecentInline, serde_inlines
@@ -316,8 +318,16 @@ class _SqlPrograms:
         where = {"thread_id": thread_id_of(config), "checkpoint_ns": checkpoint_ns_of(config)}
         records = is_located(self.serde)  # verify the sealed records the walk passes
         for chunk in delta_history_chunks(channels):
-            stmt = partial(delta_history_stmt, config=config, channels=chunk, records=records)
-            rows = yield from self._p_read(stmt)
+            rows = None
+            if not records:  # by runs (`delta_runs.py`) where they stand in for the walk
+                rows = yield from self._p_read(
+                    partial(delta_runs_stmt, config=config, channels=chunk)
+                )
+                if rows and rows[0][0] == RUNS_FALLBACK:
+                    rows = None
+            if rows is None:
+                stmt = partial(delta_history_stmt, config=config, channels=chunk, records=records)
+                rows = yield from self._p_read(stmt)
             if rows and rows[0][0] == WALK_BOUND_REACHED:
                 # A loop in parent pointers, or a summary that undercounts the thread.
                 thread_id, ns = where["thread_id"], where["checkpoint_ns"]

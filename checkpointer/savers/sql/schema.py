@@ -21,10 +21,10 @@ WRITES = "checkpointer_writes"
 THREADS = "checkpointer_threads"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0008"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
-KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006")
+KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006", "0008")
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
 
@@ -76,10 +76,16 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         sa.Column("metadata", json_doc(), nullable=False),
         # Pinned checkpoints survive every retention policy (and keep their thread alive).
         sa.Column("pinned", sa.Boolean(), nullable=False, server_default=sa.false()),
+        # Insertion order in the namespace, and where the checkpoint's run starts: the
+        # ancestors within a run are a `seq` range (see `delta_runs.py`). NULL in rows
+        # written around the saver; the delta walk then follows parent pointers.
+        sa.Column("seq", sa.BigInteger(), nullable=True),
+        sa.Column("run_start", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint(
             "thread_id", "checkpoint_ns", "checkpoint_id", name=f"{CHECKPOINTS}_pkey"
         ),
         sa.Index(f"{CHECKPOINTS}_run_id_idx", "run_id"),
+        sa.Index(f"{CHECKPOINTS}_seq_idx", "thread_id", "checkpoint_ns", "seq"),
     )
     sa.Table(
         BLOBS,
@@ -110,6 +116,9 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         # `task_id` (see `postgres_dialect.task_name`); NULL for UUIDs, and on SQLite,
         # whose `task_id` is text and holds every id itself.
         sa.Column("task_name", sa.Text(), nullable=True),
+        # The `seq` of the checkpoint the write is pending on (NULL until it is stored):
+        # a channel's writes along a run are one range of the index below.
+        sa.Column("seq", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint(
             "thread_id",
             "checkpoint_ns",
@@ -118,6 +127,7 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
             "idx",
             name=f"{WRITES}_pkey",
         ),
+        sa.Index(f"{WRITES}_channel_seq_idx", "thread_id", "checkpoint_ns", "channel", "seq"),
     )
     # One row per thread, kept current by every write and delete in the same transaction, so
     # listing threads and sweeping expired ones never scan checkpoints.

@@ -59,6 +59,18 @@ ACTIVITY_MEMORY = 4096
 """Threads whose last activity statement a dialect remembers; beyond, it starts afresh."""
 
 
+_NEXT_SEQ = (
+    f"SELECT coalesce(max(seq), -1) + 1 AS v FROM {CHECKPOINTS} "
+    "WHERE thread_id = ?1 AND checkpoint_ns = ?2"
+)
+"""The next seq of the put's namespace (parameters ?1, ?2 of the checkpoint insert)."""
+_RUN_START = (
+    f"coalesce((SELECT p.run_start FROM {CHECKPOINTS} p WHERE p.thread_id = ?1 AND "
+    "p.checkpoint_ns = ?2 AND p.checkpoint_id = ?4 AND p.seq = s.v - 1), s.v)"
+)
+"""The run a put continues: its parent's, when the parent is the previous seq."""
+
+
 class SqliteDialect(Dialect):
     name = "sqlite"
     checkpoints = CHECKPOINTS
@@ -276,8 +288,9 @@ class SqliteDialect(Dialect):
             # re-put only if the parent is the stored one: no row back means refused.
             written = yield Stmt(
                 f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, checkpoint, metadata) "
-                "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE ?4 IS NULL OR EXISTS (SELECT 1 FROM "
+                "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
+                f"SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, s.v, {_RUN_START} FROM ({_NEXT_SEQ}) s "
+                "WHERE ?4 IS NULL OR EXISTS (SELECT 1 FROM "
                 f"{CHECKPOINTS} p WHERE p.thread_id = ?1 AND p.checkpoint_ns = ?2 "
                 "AND p.checkpoint_id = ?4) "
                 "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
@@ -314,11 +327,16 @@ class SqliteDialect(Dialect):
             if replace
             else "DO NOTHING"
         )
+        # Each row takes the seq of its checkpoint, if stored (else the checkpoint's
+        # insert trigger fills it in, revision 0008).
         insert = (
             f"INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-            "task_path, idx, channel, type, blob)"
+            "task_path, idx, channel, type, blob, seq) SELECT v.*, (SELECT c.seq FROM "
+            f"{CHECKPOINTS} c WHERE c.thread_id = v.column1 AND c.checkpoint_ns = v.column2 "
+            "AND c.checkpoint_id = v.column3) FROM (VALUES"
         )
         on_conflict = (
+            ") v WHERE true "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
         )
         params = [(thread_id, ns, checkpoint_id, task_id, task_path, *r) for r in rows]
@@ -368,6 +386,8 @@ class SqliteDialect(Dialect):
 
             def build(count: int = len(chunk), width: int = width) -> str:
                 row = "(" + ", ".join("?" * width) + ")"
+                if insert.endswith("(VALUES"):  # INSERT ... SELECT ... FROM (VALUES ...)
+                    return f"{insert} {', '.join([row] * count)} {tail}"
                 return f"{insert} VALUES {', '.join([row] * count)} {tail}"
 
             sql = self.sql(("multi_row", insert, tail, len(chunk), width), build)
