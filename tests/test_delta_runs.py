@@ -128,8 +128,11 @@ def test_sqlite_runs_answer_as_the_memory_walk(
     path = tmp_path / f"runs-{next(_counter)}.db"
     with SqliteSaver.from_conn_string(str(path)) as sqlite:
         configs = drive(sqlite, steps, "t", ids)
+        sqlite.copy_thread("t", "copy")
+        copies = [make_config("copy", "", c["configurable"]["checkpoint_id"]) for c in configs]
         with walks_counted(monkeypatch) as walks:
             assert histories(sqlite, configs) == want
+            assert histories(sqlite, copies) == want  # a copy keeps its numbers
         assert walks == [0]  # every history came from the ranges
         # Numbers that cannot be trusted: the pointer walk answers, the same.
         with sqlite3.connect(path) as conn:

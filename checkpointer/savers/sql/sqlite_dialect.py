@@ -409,12 +409,13 @@ class SqliteDialect(Dialect):
             params = {"src": source, "dst": target}
             yield Stmt(
                 f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, checkpoint, metadata, pinned) "
+                "parent_checkpoint_id, run_id, checkpoint, metadata, pinned, seq, run_start) "
                 "SELECT :dst, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
-                f"checkpoint, metadata, pinned FROM {CHECKPOINTS} WHERE thread_id = :src "
+                f"checkpoint, metadata, pinned, seq, run_start FROM {CHECKPOINTS} "
+                "WHERE thread_id = :src "
                 "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                "parent_checkpoint_id = excluded.parent_checkpoint_id, "
-                + self.checkpoint_upsert_values(),
+                "parent_checkpoint_id = excluded.parent_checkpoint_id, seq = excluded.seq, "
+                "run_start = excluded.run_start, " + self.checkpoint_upsert_values(),
                 params,
             )
             yield Stmt(
@@ -425,9 +426,9 @@ class SqliteDialect(Dialect):
             )
             yield Stmt(
                 f"INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-                "task_path, idx, channel, type, blob) "
+                "task_path, idx, channel, type, blob, seq) "
                 "SELECT :dst, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
-                f"type, blob FROM {WRITES} WHERE thread_id = :src "
+                f"type, blob, seq FROM {WRITES} WHERE thread_id = :src "
                 "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "
                 "SET task_path = excluded.task_path, channel = excluded.channel, "
                 "type = excluded.type, blob = excluded.blob",
