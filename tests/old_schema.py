@@ -10,6 +10,7 @@ from checkpointer.savers.sql.schema import VERSION_TABLE
 
 UNDO_0008 = [
     "DROP TRIGGER IF EXISTS checkpointer_checkpoints_seq_writes",  # SQLite only
+    "DROP INDEX {s}checkpointer_writes_unnumbered_idx",
     "DROP INDEX {s}checkpointer_writes_channel_seq_idx",
     "DROP INDEX {s}checkpointer_checkpoints_seq_idx",
     "ALTER TABLE {s}checkpointer_writes DROP COLUMN seq",

@@ -83,12 +83,32 @@ def upgrade() -> None:
             "AND checkpoint_ns = NEW.checkpoint_ns AND checkpoint_id = NEW.checkpoint_id "
             "AND seq IS NULL; END"
         )
-    op.create_index(f"{cp}_seq_idx", cp, ["thread_id", "checkpoint_ns", "seq"], schema=schema)
+    # Partial indexes: only queries that name `seq` use them (see schema.py).
+    numbered = sa.text("seq IS NOT NULL")
+    op.create_index(
+        f"{cp}_seq_idx",
+        cp,
+        ["thread_id", "checkpoint_ns", "seq"],
+        schema=schema,
+        sqlite_where=numbered,
+        postgresql_where=numbered,
+    )
     op.create_index(
         f"{wr}_channel_seq_idx",
         wr,
         ["thread_id", "checkpoint_ns", "channel", "seq"],
         schema=schema,
+        sqlite_where=numbered,
+        postgresql_where=numbered,
+    )
+    unnumbered = sa.text("seq IS NULL")
+    op.create_index(
+        f"{wr}_unnumbered_idx",
+        wr,
+        ["thread_id", "checkpoint_ns", "channel"],
+        schema=schema,
+        sqlite_where=unnumbered,
+        postgresql_where=unnumbered,
     )
 
 
@@ -96,6 +116,7 @@ def downgrade() -> None:
     schema = _schema()
     if op.get_context().dialect.name == "sqlite":
         op.execute(f"DROP TRIGGER IF EXISTS {EARLY_WRITES_TRIGGER}")
+    op.drop_index("checkpointer_writes_unnumbered_idx", "checkpointer_writes", schema=schema)
     op.drop_index("checkpointer_writes_channel_seq_idx", "checkpointer_writes", schema=schema)
     op.drop_index("checkpointer_checkpoints_seq_idx", "checkpointer_checkpoints", schema=schema)
     op.drop_column("checkpointer_writes", "seq", schema=schema)

@@ -356,8 +356,9 @@ class PostgresDialect(Dialect):
             f"ok AS (SELECT {parent_ok} AND NOT EXISTS (SELECT 1 FROM prior WHERE prior.parent "
             "IS DISTINCT FROM CAST(%(parent_id)s AS text)) AS v)",
             # The next seq of the namespace, and the run it continues (see `delta_runs`).
-            f"seq AS (SELECT coalesce(max(s.seq), -1) + 1 AS v FROM {self.checkpoints} s "
-            "WHERE s.thread_id = %(thread_id)s AND s.checkpoint_ns = %(checkpoint_ns)s)",
+            f"seq AS (SELECT coalesce((SELECT s.seq FROM {self.checkpoints} s "
+            "WHERE s.thread_id = %(thread_id)s AND s.checkpoint_ns = %(checkpoint_ns)s "
+            "AND s.seq IS NOT NULL ORDER BY s.seq DESC LIMIT 1), -1) + 1 AS v)",
             f"cp AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
             "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
             "SELECT CAST(%(thread_id)s AS text), CAST(%(checkpoint_ns)s AS text), "

@@ -85,7 +85,17 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
             "thread_id", "checkpoint_ns", "checkpoint_id", name=f"{CHECKPOINTS}_pkey"
         ),
         sa.Index(f"{CHECKPOINTS}_run_id_idx", "run_id"),
-        sa.Index(f"{CHECKPOINTS}_seq_idx", "thread_id", "checkpoint_ns", "seq"),
+        # Partial: only a query that names `seq` can use it, so no planner takes it for a
+        # primary-key lookup (PostgreSQL did, on tables without statistics: a scan of the
+        # thread per lookup).
+        sa.Index(
+            f"{CHECKPOINTS}_seq_idx",
+            "thread_id",
+            "checkpoint_ns",
+            "seq",
+            sqlite_where=sa.text("seq IS NOT NULL"),
+            postgresql_where=sa.text("seq IS NOT NULL"),
+        ),
     )
     sa.Table(
         BLOBS,
@@ -127,7 +137,24 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
             "idx",
             name=f"{WRITES}_pkey",
         ),
-        sa.Index(f"{WRITES}_channel_seq_idx", "thread_id", "checkpoint_ns", "channel", "seq"),
+        sa.Index(
+            f"{WRITES}_channel_seq_idx",
+            "thread_id",
+            "checkpoint_ns",
+            "channel",
+            "seq",
+            sqlite_where=sa.text("seq IS NOT NULL"),
+            postgresql_where=sa.text("seq IS NOT NULL"),
+        ),
+        # The few writes without a seq (pending on a checkpoint not stored yet).
+        sa.Index(
+            f"{WRITES}_unnumbered_idx",
+            "thread_id",
+            "checkpoint_ns",
+            "channel",
+            sqlite_where=sa.text("seq IS NULL"),
+            postgresql_where=sa.text("seq IS NULL"),
+        ),
     )
     # One row per thread, kept current by every write and delete in the same transaction, so
     # listing threads and sweeping expired ones never scan checkpoints.

@@ -60,8 +60,8 @@ ACTIVITY_MEMORY = 4096
 
 
 _NEXT_SEQ = (
-    f"SELECT coalesce(max(seq), -1) + 1 AS v FROM {CHECKPOINTS} "
-    "WHERE thread_id = ?1 AND checkpoint_ns = ?2"
+    f"SELECT coalesce((SELECT seq FROM {CHECKPOINTS} WHERE thread_id = ?1 AND "
+    "checkpoint_ns = ?2 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1), -1) + 1 AS v"
 )
 """The next seq of the put's namespace (parameters ?1, ?2 of the checkpoint insert)."""
 _RUN_START = (
