@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.backends import SIDES, Backend, Store
+from benchmarks.backends import Backend, Store
 from benchmarks.graphs import chat_builder, first_input, make_messages, run_config
 from benchmarks.instrument import COUNTER, SQLITE_TRACING, CallStats, Counted, TimedSaver
 from benchmarks.results import METRICS, Row, chat_target
@@ -126,12 +126,15 @@ def _read_ops(side: _Side, head: dict[str, Any]) -> dict[str, Callable[[], Any]]
     }
 
 
-def _order(rep: int) -> tuple[str, ...]:
-    return SIDES if rep % 2 == 0 else SIDES[::-1]
+def _order(sides: tuple[str, ...], rep: int) -> tuple[str, ...]:
+    """Alternate which side goes first, so drift on a noisy machine hits all sides."""
+    return sides if rep % 2 == 0 else sides[::-1]
 
 
 def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> CellResult:
-    """Measure one (backend, variant, N) cell on both sides."""
+    """Measure one (backend, variant, N) cell on every side (the reference and each of
+    our configurations of this storage)."""
+    all_sides = backend.sides
     loop = asyncio.new_event_loop() if backend.is_async else None
     steps = make_messages(n)
     result = CellResult()
@@ -151,7 +154,7 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
         # A large-N build is one sample of N puts already, and costs tens of seconds.
         builds = opts.repeat if n < opts.large_n else min(opts.repeat, opts.large_build_repeat)
         for rep in range(builds):
-            for name in _order(rep):
+            for name in _order(all_sides, rep):
                 if not wanted("wall", name, rep):
                     continue
                 if name in sides:
@@ -179,7 +182,7 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
             cheap.append("delta")
         first: dict[tuple[str, str], Any] = {}
         for rep in range(opts.repeat):
-            for name in _order(rep):
+            for name in _order(all_sides, rep):
                 for metric in cheap:
                     if not wanted(metric, name, rep):
                         continue
@@ -202,7 +205,7 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
             )
         else:
             for rep in range(opts.repeat):
-                for name in _order(rep):
+                for name in _order(all_sides, rep):
                     if not wanted("history", name, rep):
                         continue
                     elapsed, counted, value = _timed(ops[name]["history"])
@@ -210,45 +213,50 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
                     if sides[name].store.counts_statements:
                         add("history_stmts", name, counted.statements)
                     first.setdefault(("history", name), value)
-        result.notes.extend(_check(backend.name, variant, n, first))
+        for side_name, column in backend.ours_sides.items():
+            result.notes.extend(_check(column, variant, n, first, side_name))
         if ("get_state", "ref") in first:
             result.ref_digests["get_state"] = digest(first[("get_state", "ref")].values)
         if ("history", "ref") in first:
             result.ref_digests["history"] = [digest(s.values) for s in first[("history", "ref")]]
         if opts.profile_dir:
-            _profile(backend.name, variant, n, sides["ours"], ops["ours"], opts)
+            first_ours = next(iter(backend.ours_sides))
+            _profile(backend.name, variant, n, sides[first_ours], ops[first_ours], opts)
     finally:
         for side in sides.values():
             side.store.shutdown()
         if loop is not None:
             loop.close()
 
-    for metric, (_, unit) in METRICS.items():
-        ours = samples.get((metric, "ours"), [])
-        ref = samples.get((metric, "ref"), [])
-        if not ours and not ref:
-            continue
-        target = chat_target(backend.name, variant, n, metric, opts.large_n)
-        result.rows.append(Row("chat", backend.name, variant, n, metric, unit, ours, ref, target))
+    for side, column in backend.ours_sides.items():
+        for metric, (_, unit) in METRICS.items():
+            ours = samples.get((metric, side), [])
+            ref = samples.get((metric, "ref"), [])
+            if not ours and not ref:
+                continue
+            target = chat_target(column, variant, n, metric, opts.large_n)
+            result.rows.append(Row("chat", column, variant, n, metric, unit, ours, ref, target))
     result.ref_samples = {metric: v for (metric, side), v in samples.items() if side == "ref"}
     return result
 
 
-def _check(backend: str, variant: str, n: int, first: dict[tuple[str, str], Any]) -> list[str]:
+def _check(
+    column: str, variant: str, n: int, first: dict[tuple[str, str], Any], side: str = "ours"
+) -> list[str]:
     """Both sides must have produced the same thread: a fast wrong answer is no result."""
-    where = f"chat/{backend}/{variant}/N={n}"
+    where = f"chat/{column}/{variant}/N={n}"
     problems: list[str] = []
-    ours, ref = first.get(("get_state", "ours")), first.get(("get_state", "ref"))
+    ours, ref = first.get(("get_state", side)), first.get(("get_state", "ref"))
     if ours is not None and ref is not None and ours.values != ref.values:
         problems.append(f"{where}: get_state values differ between ours and the reference")
     for metric in ("list", "history"):
-        a, b = first.get((metric, "ours")), first.get((metric, "ref"))
+        a, b = first.get((metric, side)), first.get((metric, "ref"))
         if a is not None and b is not None and len(a) != len(b):
             problems.append(f"{where}: {metric} returned {len(a)} items, reference {len(b)}")
-    a, b = first.get(("history", "ours")), first.get(("history", "ref"))
+    a, b = first.get(("history", side)), first.get(("history", "ref"))
     if a and b and [s.values for s in a] != [s.values for s in b]:
         problems.append(f"{where}: get_state_history values differ from the reference")
-    a, b = first.get(("delta", "ours")), first.get(("delta", "ref"))
+    a, b = first.get(("delta", side)), first.get(("delta", "ref"))
     if a is not None and b is not None:
         wa, wb = len(a["messages"]["writes"]), len(b["messages"]["writes"])
         if wa != wb or ("seed" in a["messages"]) != ("seed" in b["messages"]):

@@ -1,0 +1,271 @@
+"""Growth: do reads of one thread stay O(1) / O(N) as the store fills?
+
+- Many threads: each side builds one short chat thread (delta100) through LangGraph, its
+  get_tuple and list are timed with that one thread in the store, then the thread's rows
+  are copied in SQL to `threads - 1` more thread ids (every table with a thread_id column,
+  so ours and the reference are cloned the same way; rows a trigger already wrote are
+  skipped), and get_tuple / list of randomly chosen threads are timed again. The growth
+  metric is each side's median with many threads over its median with one (target: ours
+  stays flat).
+- Long thread (optional, `--long-thread STEPS`): list time per checkpoint of a STEPS-step
+  thread over that of a STEPS/10-step thread.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.backends import Backend, PgAdmin, PostgresBackend, SqliteBackend, Store
+from benchmarks.graphs import chat_builder, first_input, make_messages, run_config
+from benchmarks.results import Row
+from benchmarks.targets import target_for
+
+VARIANT = "delta100"
+SOURCE = "grow-0"
+
+
+@dataclass
+class GrowthOptions:
+    threads: int = 10_000
+    steps: int = 10
+    samples: int = 200
+    long_steps: int = 0
+    pg_url: str = ""
+    seed: int = 11
+    log: Callable[[str], None] = print
+
+
+def _cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+def _build(store: Store, thread: str, steps: int) -> None:
+    graph = chat_builder(VARIANT, make_messages(steps)).compile(checkpointer=store.checkpointer)
+    cfg = run_config(thread, steps)
+    graph.invoke(first_input(steps), cfg, durability="sync")
+
+
+def _time(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _reads(store: Store, threads: list[str]) -> tuple[list[float], list[float]]:
+    """ms per get_tuple (one per thread id given) and per list (of the first few)."""
+    cp = store.checkpointer
+    for thread in threads[:3]:  # warm: statement caches, the page cache
+        cp.get_tuple(_cfg(thread))
+        list(cp.list(_cfg(thread)))
+    gc.collect()
+    tuples = [_time(lambda t=t: cp.get_tuple(_cfg(t))) * 1000 for t in threads]
+    lists = [_time(lambda t=t: list(cp.list(_cfg(t)))) * 1000 for t in threads[:20]]
+    return tuples, lists
+
+
+# ------------------------------------------------------------------------ SQL cloning
+def clone_sqlite(path: str, count: int) -> None:
+    """Copy thread SOURCE's rows to thread ids grow-1 .. grow-<count> in every table that
+    has a thread_id column, in one transaction."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("BEGIN IMMEDIATE")
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+            if "thread_id" not in cols:
+                continue
+            names = ", ".join(f'"{c}"' for c in cols)
+            values = ", ".join("'grow-' || k.i" if c == "thread_id" else f'src."{c}"' for c in cols)
+            conn.execute(
+                f"WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?) "
+                f'INSERT OR IGNORE INTO "{table}" ({names}) SELECT {values} '
+                f'FROM "{table}" AS src, k WHERE src.thread_id = ?',
+                (count, SOURCE),
+            )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def clone_postgres(admin: PgAdmin, schema: str, count: int) -> None:
+    """The same on PostgreSQL, then ANALYZE (both sides alike) so plans see the new size."""
+    from psycopg import sql
+
+    rows = admin.conn.execute(
+        "SELECT table_name, column_name FROM information_schema.columns "
+        "WHERE table_schema = %s ORDER BY table_name, ordinal_position",
+        (schema,),
+    ).fetchall()
+    columns: dict[str, list[str]] = {}
+    for table, column in rows:
+        columns.setdefault(table, []).append(column)
+    with admin.conn.transaction():
+        for table, cols in columns.items():
+            if "thread_id" not in cols:
+                continue
+            values = sql.SQL(", ").join(
+                sql.SQL("'grow-' || k") if c == "thread_id" else sql.Identifier("src", c)
+                for c in cols
+            )
+            admin.conn.execute(
+                sql.SQL(
+                    "INSERT INTO {t} ({cols}) SELECT {values} FROM {t} AS src, "
+                    "generate_series(1, %s) AS k WHERE src.thread_id = %s "
+                    "ON CONFLICT DO NOTHING"
+                ).format(
+                    t=sql.Identifier(schema, table),
+                    cols=sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+                    values=values,
+                ),
+                (count, SOURCE),
+            )
+    for table in columns:
+        admin.conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
+
+
+# --------------------------------------------------------------------------- the cells
+def _backend(column: str, opts: GrowthOptions) -> Backend:
+    return SqliteBackend() if column == "sqlite" else PostgresBackend(opts.pg_url)
+
+
+def run_growth(columns: list[str], opts: GrowthOptions) -> tuple[list[Row], list[str]]:
+    rows: list[Row] = []
+    notes: list[str] = []
+    for column in columns:
+        for what, fn in (("threads", _many_threads), ("long thread", _long_thread)):
+            if what == "long thread" and not opts.long_steps:
+                continue
+            opts.log(f"growth {column} {what} ...")
+            t0 = time.perf_counter()
+            try:
+                rows += fn(column, opts)
+            except Exception as exc:
+                notes.append(f"FAILED growth/{column}/{what}: {type(exc).__name__}: {exc}")
+                continue
+            opts.log(f"  done in {time.perf_counter() - t0:.1f} s")
+    if not opts.long_steps:
+        notes.append(
+            "growth: list per checkpoint at 10,000 steps not measured (slow: run with "
+            "--long-thread 10000)"
+        )
+    return rows, notes
+
+
+def _rows(
+    column: str,
+    n: int | None,
+    pairs: list[tuple[str, str, str]],
+    samples: dict[tuple[str, str], list[float]],
+    note: str,
+) -> list[Row]:
+    """(one metric, many metric, growth metric) triples: the first two as measured, the
+    growth as each side's median(many) / median(one)."""
+    out = []
+    for one, many, growth in pairs:
+        for metric in (one, many):
+            unit = "µs" if metric.startswith("list_per") else "ms"
+            ours, ref = samples.get((metric, "ours"), []), samples.get((metric, "ref"), [])
+            out.append(Row("growth", column, VARIANT, n, metric, unit, ours, ref, note=note))
+        ratio = {
+            side: [
+                statistics.median(samples[(many, side)]) / statistics.median(samples[(one, side)])
+            ]
+            for side in ("ours", "ref")
+            if samples.get((many, side)) and samples.get((one, side))
+        }
+        target = target_for("growth", column, VARIANT, None, growth, 0)
+        out.append(
+            Row(
+                "growth",
+                column,
+                VARIANT,
+                n,
+                growth,
+                "x",
+                ratio.get("ours", []),
+                ratio.get("ref", []),
+                target,
+                note=note,
+            )
+        )
+    return out
+
+
+def _many_threads(column: str, opts: GrowthOptions) -> list[Row]:
+    backend = _backend(column, opts)
+    stores: dict[str, Store] = {}
+    samples: dict[tuple[str, str], list[float]] = {}
+    rng = random.Random(opts.seed)
+    picks = [f"grow-{rng.randint(1, opts.threads - 1)}" for _ in range(opts.samples)]
+    try:
+        for side in ("ours", "ref"):
+            stores[side] = backend.open(side, None)
+            _build(stores[side], SOURCE, opts.steps)
+        for side in ("ours", "ref"):
+            tuples, lists = _reads(stores[side], [SOURCE] * opts.samples)
+            samples[("tuple_one", side)], samples[("list_one", side)] = tuples, lists
+        for side in ("ours", "ref"):
+            if isinstance(backend, PostgresBackend):
+                clone_postgres(backend.admin, stores[side].location, opts.threads - 1)
+            else:
+                clone_sqlite(stores[side].location, opts.threads - 1)
+        for side in ("ref", "ours"):
+            tuples, lists = _reads(stores[side], picks)
+            samples[("tuple_many", side)], samples[("list_many", side)] = tuples, lists
+    finally:
+        for store in stores.values():
+            store.shutdown()
+        backend.cleanup()
+    note = f"{opts.threads:,} threads of {opts.steps} steps; {opts.samples} reads per side"
+    return _rows(
+        column,
+        None,
+        [("tuple_one", "tuple_many", "tuple_growth"), ("list_one", "list_many", "list_growth")],
+        samples,
+        note,
+    )
+
+
+def _long_thread(column: str, opts: GrowthOptions) -> list[Row]:
+    backend = _backend(column, opts)
+    short = max(opts.long_steps // 10, 1)
+    samples: dict[tuple[str, str], list[float]] = {}
+    try:
+        for side in ("ours", "ref"):
+            store = backend.open(side, None)
+            try:
+                for steps, metric in (
+                    (short, "list_per_ckpt_short"),
+                    (opts.long_steps, "list_per_ckpt_long"),
+                ):
+                    thread = f"long-{steps}"
+                    _build(store, thread, steps)
+                    cp = store.checkpointer
+                    got: list[float] = []
+                    for _ in range(3):
+                        gc.collect()
+                        start = time.perf_counter()
+                        count = len(list(cp.list(_cfg(thread))))
+                        got.append((time.perf_counter() - start) / count * 1e6)
+                    samples[(metric, side)] = got
+            finally:
+                store.shutdown()
+    finally:
+        backend.cleanup()
+    note = f"threads of {short:,} and {opts.long_steps:,} steps, one store per side"
+    return _rows(
+        column,
+        None,
+        [("list_per_ckpt_short", "list_per_ckpt_long", "list_step_growth")],
+        samples,
+        note,
+    )
