@@ -20,11 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.backends import Backend, Store
+from benchmarks.floors import Floor, history_payloads, open_floor, step_rows
 from benchmarks.graphs import chat_builder, first_input, make_messages, run_config
 from benchmarks.instrument import COUNTER, SQLITE_TRACING, CallStats, Counted, TimedSaver
 from benchmarks.results import METRICS, Row, chat_target
+from benchmarks.targets import target_for
 
 MB = 1024 * 1024
+FLOOR_NOTE = "reference column = the raw-driver floor, measured in the same cell"
 DEEP_HISTORY_N = 1000
 """From this N on, LangGraph's history of a never-snapshotting thread takes many seconds."""
 
@@ -45,6 +48,11 @@ class ChatOptions:
     deep_history_backends: frozenset[str] = frozenset({"sqlite"})
     full_history: bool = False
     profile_dir: str | None = None
+    # Raw-driver floors (benchmarks/floors.py), measured in the cell at the large N as one
+    # more side, alternating with the savers (fsync cost drifts on a shared disk).
+    floors: bool = False
+    floor_dir: str = ""
+    pg_url: str = ""
     log: Callable[[str], None] = print
 
 
@@ -138,6 +146,11 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
     loop = asyncio.new_event_loop() if backend.is_async else None
     steps = make_messages(n)
     result = CellResult()
+    floor: Floor | None = None
+    if opts.floors and n >= opts.large_n:
+        floor = open_floor(backend.name, opts.floor_dir, opts.pg_url)
+    build_sides = (*all_sides, "floor") if floor is not None else all_sides
+    floor_steps = step_rows(variant, n) if floor is not None else []
     samples: dict[tuple[str, str], list[float]] = {}
     spent: dict[tuple[str, str], float] = {}
     sides: dict[str, _Side] = {}
@@ -154,7 +167,10 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
         # A large-N build is one sample of N puts already, and costs tens of seconds.
         builds = opts.repeat if n < opts.large_n else min(opts.repeat, opts.large_build_repeat)
         for rep in range(builds):
-            for name in _order(all_sides, rep):
+            for name in _order(build_sides, rep):
+                if name == "floor" and floor is not None:
+                    add("put", "floor", floor.put(floor_steps, n))
+                    continue
                 if not wanted("wall", name, rep):
                     continue
                 if name in sides:
@@ -177,19 +193,24 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
             for name, s in sides.items()
         }
         ops = {name: _read_ops(s, heads[name]) for name, s in sides.items()}
+        read_sides = all_sides
+        if floor is not None and variant == "delta_never":
+            ops["floor"] = {"delta": floor.history_reader(history_payloads(n))}
+            ops["floor"]["delta"]()  # warm, as the savers' first read warmed their caches
+            read_sides = (*all_sides, "floor")
         cheap = ["get_state", "get_tuple", "list"]
         if variant != "classic":
             cheap.append("delta")
         first: dict[tuple[str, str], Any] = {}
         for rep in range(opts.repeat):
-            for name in _order(all_sides, rep):
+            for name in _order(read_sides, rep):
                 for metric in cheap:
-                    if not wanted(metric, name, rep):
+                    if metric not in ops[name] or not wanted(metric, name, rep):
                         continue
                     elapsed, counted, value = _timed(ops[name][metric])
                     unit_scale = 1.0 if METRICS[metric][1] == "s" else 1000.0
                     add(metric, name, elapsed * unit_scale, elapsed)
-                    if sides[name].store.counts_statements:
+                    if name in sides and sides[name].store.counts_statements:
                         add(f"{metric}_stmts", name, counted.statements)
                     first.setdefault((metric, name), value)
         history_skip = (
@@ -225,6 +246,8 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
     finally:
         for side in sides.values():
             side.store.shutdown()
+        if floor is not None:
+            floor.close()
         if loop is not None:
             loop.close()
 
@@ -236,6 +259,14 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
                 continue
             target = chat_target(column, variant, n, metric, opts.large_n)
             result.rows.append(Row("chat", column, variant, n, metric, unit, ours, ref, target))
+        for metric in ("put", "delta"):
+            ours, ref = samples.get((metric, side), []), samples.get((metric, "floor"), [])
+            if ref:
+                name = f"{metric}_floor"
+                target = target_for("floor", column, variant, n, name, opts.large_n)
+                result.rows.append(
+                    Row("floor", column, variant, n, name, "ms", ours, ref, target, FLOOR_NOTE)
+                )
     result.ref_samples = {metric: v for (metric, side), v in samples.items() if side == "ref"}
     return result
 

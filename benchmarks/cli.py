@@ -22,6 +22,7 @@ import gc
 import os
 import re
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -314,30 +315,6 @@ def _growth_columns(backends: Sequence[str]) -> list[str]:
     return out
 
 
-def _floors(
-    args: argparse.Namespace, backends: list[str], large_n: int, rows: list[Row]
-) -> tuple[list[Row], list[str]]:
-    """Raw-driver floors at the large N, held against that N's chat rows."""
-    import tempfile
-
-    from benchmarks.floors import FloorOptions, run_floors
-
-    with tempfile.TemporaryDirectory(prefix="bench-floor-") as directory:
-        fopts = FloorOptions(
-            n=large_n,
-            variants=list(args.variants),
-            columns=backends,
-            repeat=args.repeat,
-            directory=directory,
-            pg_url=args.pg_url,
-            log=log,
-        )
-        try:
-            return run_floors(fopts, rows)
-        except Exception as exc:
-            return [], [_failure("floor", exc)]
-
-
 def not_measured(rows: list[Row], expected: list[Expected]) -> list[Row]:
     """A "not measured" row for every verdict owed that no measured row gives."""
     have = {
@@ -390,6 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as scratch:
+        return _run_in(args, argv, started, scratch)
+
+
+def _run_in(
+    args: argparse.Namespace, argv: Sequence[str] | None, started: float, scratch: str
+) -> int:
     from benchmarks import report
     from benchmarks.chat import ChatOptions, run_chat_cell
     from benchmarks.concurrency import ConcurrencyOptions, run_pg_concurrency, run_sqlite_processes
@@ -419,6 +403,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -
             deep_history_backends=args.deep_history_backends,
             full_history=args.full_history,
             profile_dir=os.path.join(args.out, "profiles") if args.profile else None,
+            floors="floor" in args.workloads,
+            floor_dir=scratch,
+            pg_url=args.pg_url,
             log=log,
         )
         for backend in make_backends(backends, args.pg_url, args.sqlite_synchronous):
@@ -441,11 +428,6 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -
                         log(f"  done in {time.perf_counter() - t0:.1f} s")
             finally:
                 backend.cleanup()
-
-    if "floor" in args.workloads:
-        rows_f, notes_f = _floors(args, backends, large_n, rows)
-        rows += rows_f
-        notes += notes_f
 
     growth_columns = _growth_columns(args.backends)
     if "growth" in args.workloads:

@@ -84,10 +84,6 @@ def _pool(steps: list[StepRows]) -> memoryview:
     return memoryview(os.urandom(max(largest, 1)))
 
 
-def _ms(samples: list[float]) -> list[float]:
-    return [s * 1000.0 for s in samples]
-
-
 # ------------------------------------------------------------------------------- SQLite
 SQLITE_TABLES = (
     "CREATE TABLE checkpoints (thread_id TEXT, step INTEGER, body BLOB, "
@@ -101,26 +97,47 @@ SQLITE_TABLES = (
 )
 
 
-def _sqlite(path: str) -> sqlite3.Connection:
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.remove(path + suffix)
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    for ddl in SQLITE_TABLES:
-        conn.execute(ddl)
-    return conn
+class SqliteFloor:
+    """sqlite3 on a fresh file: WAL, synchronous=FULL (the reference SqliteSaver's)."""
 
+    def __init__(self, path: str) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.remove(path + suffix)
+        self.path = path
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        for ddl in SQLITE_TABLES:
+            self.conn.execute(ddl)
+        self._threads = 0
 
-def sqlite_history_floor(path: str, payloads: list[bytes], repeat: int) -> list[float]:
-    """ms to fetch the channel's writes by one range scan and decode each with ormsgpack."""
-    conn = _sqlite(path)
-    try:
+    def put(self, steps: list[StepRows], n: int) -> float:
+        """ms per step (total / N, as the savers' put is reported): each step's rows
+        inserted in one transaction, into a new thread."""
+        self._threads += 1
+        thread, pool, conn = f"t{self._threads}", _pool(steps), self.conn
+        start = time.perf_counter()
+        for k, step in enumerate(steps):
+            conn.execute("BEGIN")
+            for idx, (table, size) in enumerate(step.rows):
+                if table == "checkpoints":
+                    conn.execute(
+                        "INSERT INTO checkpoints VALUES (?, ?, ?)", (thread, k, pool[:size])
+                    )
+                else:
+                    conn.execute(
+                        f"INSERT INTO {table} VALUES (?, ?, ?, ?)", (thread, k, idx, pool[:size])
+                    )
+            conn.execute("COMMIT")
+        return (time.perf_counter() - start) / n * 1000.0
+
+    def history_reader(self, payloads: list[bytes]) -> Callable[[], list[Any]]:
+        """Store the channel's writes; return the read: one range scan, ormsgpack decode."""
+        conn = self.conn
         conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO history VALUES ('t', 'messages', ?, ?)", list(enumerate(payloads))
-        )
+        conn.execute("DELETE FROM history")
+        conn.executemany("INSERT INTO history VALUES ('t', 'messages', ?, ?)", enumerate(payloads))
         conn.execute("COMMIT")
         query = "SELECT body FROM history WHERE thread_id = ? AND channel = ? ORDER BY step"
 
@@ -128,210 +145,100 @@ def sqlite_history_floor(path: str, payloads: list[bytes], repeat: int) -> list[
             rows = conn.execute(query, ("t", "messages")).fetchall()
             return [ormsgpack.unpackb(body) for (body,) in rows]
 
-        return _ms(_samples(read, repeat))
-    finally:
-        conn.close()
+        return read
 
-
-def sqlite_put_floor(path: str, steps: list[StepRows], n: int, repeat: int) -> list[float]:
-    """ms per step (total / N, as the savers' put is reported) to insert each step's rows
-    in one transaction at synchronous=FULL."""
-    pool = _pool(steps)
-    sql = {
-        "checkpoints": "INSERT INTO checkpoints VALUES (?, ?, ?)",
-        "blobs": "INSERT INTO blobs VALUES (?, ?, ?, ?)",
-        "writes": "INSERT INTO writes VALUES (?, ?, ?, ?)",
-    }
-    samples = []
-    for rep in range(repeat):
-        conn = _sqlite(path)
-        thread = f"t{rep}"
-        try:
-            start = time.perf_counter()
-            for k, step in enumerate(steps):
-                conn.execute("BEGIN")
-                for idx, (table, size) in enumerate(step.rows):
-                    body = pool[:size]
-                    params = (thread, k, body) if table == "checkpoints" else (thread, k, idx, body)
-                    conn.execute(sql[table], params)
-                conn.execute("COMMIT")
-            samples.append((time.perf_counter() - start) / n)
-        finally:
-            conn.close()
-    return _ms(samples)
+    def close(self) -> None:
+        self.conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.path + suffix):
+                os.remove(self.path + suffix)
 
 
 # --------------------------------------------------------------------------- PostgreSQL
-PG_TABLES = (
-    "CREATE TABLE checkpoints (thread_id text, step int, body bytea, "
-    "PRIMARY KEY (thread_id, step))",
-    "CREATE TABLE blobs (thread_id text, step int, idx int, body bytea, "
-    "PRIMARY KEY (thread_id, step, idx))",
-    "CREATE TABLE writes (thread_id text, step int, idx int, body bytea, "
-    "PRIMARY KEY (thread_id, step, idx))",
-    "CREATE TABLE history (thread_id text, channel text, step int, body bytea, "
-    "PRIMARY KEY (thread_id, channel, step))",
+PG_TABLES = tuple(
+    ddl.replace("INTEGER", "int").replace("TEXT", "text").replace("BLOB", "bytea")
+    for ddl in SQLITE_TABLES
 )
 
 
-def _pg(url: str) -> Any:
-    """A fresh `bench_floor` schema, and a connection whose search_path is it."""
-    import psycopg
+class PgFloor:
+    """psycopg in a fresh `bench_floor` schema; PostgreSQL's default synchronous_commit=on."""
 
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f"DROP SCHEMA IF EXISTS {FLOOR_SCHEMA} CASCADE")
-        admin.execute(f"CREATE SCHEMA {FLOOR_SCHEMA}")
-    conn = psycopg.connect(url, autocommit=True, options=f"-c search_path={FLOOR_SCHEMA}")
-    for ddl in PG_TABLES:
-        conn.execute(ddl)
-    return conn
+    def __init__(self, url: str) -> None:
+        import psycopg
 
+        self.url = url
+        self._drop()
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA {FLOOR_SCHEMA}")
+        self.conn = psycopg.connect(url, autocommit=True, options=f"-c search_path={FLOOR_SCHEMA}")
+        for ddl in PG_TABLES:
+            self.conn.execute(ddl)
+        self.conn.autocommit = False
+        self._threads = 0
 
-def drop_pg_floor(url: str) -> None:
-    import psycopg
+    def put(self, steps: list[StepRows], n: int) -> float:
+        """ms per step (total / N): per step one INSERT for the record, one executemany
+        (pipelined by psycopg) per other table, one commit."""
+        self._threads += 1
+        thread, pool, conn = f"t{self._threads}", _pool(steps), self.conn
+        start = time.perf_counter()
+        for k, step in enumerate(steps):
+            with conn.cursor() as cur:
+                many: dict[str, list[tuple[Any, ...]]] = {"blobs": [], "writes": []}
+                for idx, (table, size) in enumerate(step.rows):
+                    if table == "checkpoints":
+                        cur.execute(
+                            "INSERT INTO checkpoints VALUES (%s, %s, %s)", (thread, k, pool[:size])
+                        )
+                    else:
+                        many[table].append((thread, k, idx, pool[:size]))
+                for table, params in many.items():
+                    if params:
+                        cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", params)
+            conn.commit()
+        return (time.perf_counter() - start) / n * 1000.0
 
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f"DROP SCHEMA IF EXISTS {FLOOR_SCHEMA} CASCADE")
-
-
-def pg_history_floor(url: str, payloads: list[bytes], repeat: int) -> list[float]:
-    """ms to fetch the channel's writes by one index range scan (binary rows) and decode."""
-    conn = _pg(url)
-    try:
+    def history_reader(self, payloads: list[bytes]) -> Callable[[], list[Any]]:
+        """Store the channel's writes; return the read: one index range scan (binary rows),
+        ormsgpack decode."""
+        conn = self.conn
         with conn.cursor() as cur:
+            cur.execute("DELETE FROM history")
             cur.executemany(
                 "INSERT INTO history VALUES ('t', 'messages', %s, %s)", list(enumerate(payloads))
             )
+        conn.commit()
         conn.execute("ANALYZE history")
+        conn.commit()
         query = "SELECT body FROM history WHERE thread_id = %s AND channel = %s ORDER BY step"
 
         def read() -> list[Any]:
             with conn.cursor(binary=True) as cur:
                 rows = cur.execute(query, ("t", "messages")).fetchall()
+            conn.rollback()  # end the read's transaction, as an autocommit read would
             return [ormsgpack.unpackb(body) for (body,) in rows]
 
-        return _ms(_samples(read, repeat))
-    finally:
-        conn.close()
+        return read
+
+    def _drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {FLOOR_SCHEMA} CASCADE")
+
+    def close(self) -> None:
+        self.conn.close()
+        self._drop()
 
 
-def pg_put_floor(url: str, steps: list[StepRows], n: int, repeat: int) -> list[float]:
-    """ms per step (total / N) to insert each step's rows in one transaction: one INSERT
-    for the record, one multi-row executemany (pipelined by psycopg) per other table."""
-    pool = _pool(steps)
-    samples = []
-    conn = _pg(url)
-    try:
-        conn.autocommit = False
-        for rep in range(repeat):
-            thread = f"t{rep}"
-            start = time.perf_counter()
-            for k, step in enumerate(steps):
-                with conn.cursor() as cur:
-                    by_table: dict[str, list[tuple[Any, ...]]] = {"blobs": [], "writes": []}
-                    for idx, (table, size) in enumerate(step.rows):
-                        body = pool[:size]
-                        if table == "checkpoints":
-                            cur.execute(
-                                "INSERT INTO checkpoints VALUES (%s, %s, %s)", (thread, k, body)
-                            )
-                        else:
-                            by_table[table].append((thread, k, idx, body))
-                    for table, params in by_table.items():
-                        if params:
-                            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", params)
-                conn.commit()
-            samples.append((time.perf_counter() - start) / n)
-    finally:
-        conn.close()
-    return _ms(samples)
+Floor = SqliteFloor | PgFloor
 
 
-def _samples(fn: Callable[[], Any], repeat: int) -> list[float]:
-    fn()  # warm: the page cache and the statement cache, as the savers' reads are
-    out = []
-    for _ in range(max(repeat, 3)):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
-
-
-# ----------------------------------------------------------------------------- the cell
-FAMILIES = {
-    "sqlite": ("sqlite", "sqlite_full", "async_sqlite"),
-    "postgres": ("postgres", "async_postgres"),
-}
-
-
-@dataclass
-class FloorOptions:
-    n: int
-    variants: list[str]
-    columns: list[str]
-    repeat: int
-    directory: str
-    pg_url: str
-    log: Callable[[str], None] = print
-
-
-def run_floors(opts: FloorOptions, chat_rows: list[Any]) -> tuple[list[Any], list[str]]:
-    """Measure each database's floors at N and hold the chat rows of its columns (same N)
-    against them: one row per column, ours = the chat samples, reference = the floor."""
-    from benchmarks.results import Row
-    from benchmarks.targets import target_for
-
-    chat = {(r.backend, r.variant, r.metric): r for r in chat_rows if r.workload == "chat"}
-    chat = {k: r for k, r in chat.items() if r.n == opts.n}
-    rows: list[Row] = []
-    notes: list[str] = []
-    steps_by_variant = {v: step_rows(v, opts.n) for v in opts.variants}
-    for family, members in FAMILIES.items():
-        columns = [c for c in members if c in opts.columns]
-        if not columns:
-            continue
-        floors: dict[tuple[str, str], list[float]] = {}
-        try:
-            if family == "sqlite":
-                path = os.path.join(opts.directory, "floor.db")
-                for variant, steps in steps_by_variant.items():
-                    opts.log(f"floor {family} put {variant} N={opts.n} ...")
-                    floors[("put", variant)] = sqlite_put_floor(path, steps, opts.n, opts.repeat)
-                if "delta_never" in opts.variants:
-                    payloads = history_payloads(opts.n)
-                    floors[("delta", "delta_never")] = sqlite_history_floor(
-                        path, payloads, opts.repeat
-                    )
-            else:
-                for variant, steps in steps_by_variant.items():
-                    opts.log(f"floor {family} put {variant} N={opts.n} ...")
-                    floors[("put", variant)] = pg_put_floor(opts.pg_url, steps, opts.n, opts.repeat)
-                if "delta_never" in opts.variants:
-                    payloads = history_payloads(opts.n)
-                    floors[("delta", "delta_never")] = pg_history_floor(
-                        opts.pg_url, payloads, opts.repeat
-                    )
-                drop_pg_floor(opts.pg_url)
-        except Exception as exc:
-            notes.append(f"FAILED floor/{family}/N={opts.n}: {type(exc).__name__}: {exc}")
-            continue
-        for (metric, variant), floor in floors.items():
-            for column in columns:
-                ours = chat.get((column, variant, metric))
-                floor_metric = f"{metric}_floor"
-                target = target_for("floor", column, variant, opts.n, floor_metric, opts.n)
-                rows.append(
-                    Row(
-                        "floor",
-                        column,
-                        variant,
-                        opts.n,
-                        floor_metric,
-                        "ms",
-                        list(ours.ours_samples) if ours else [],
-                        list(floor),
-                        target,
-                        note="reference column = the raw-driver floor",
-                    )
-                )
-    return rows, notes
+def open_floor(storage: str, directory: str, pg_url: str) -> Floor | None:
+    """The floor for a backend's storage (None: memory has none)."""
+    if storage in ("sqlite", "async_sqlite"):
+        return SqliteFloor(os.path.join(directory, f"floor-{storage}.db"))
+    if storage in ("postgres", "async_postgres"):
+        return PgFloor(pg_url)
+    return None

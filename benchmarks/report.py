@@ -268,7 +268,7 @@ def summary_table(targeted: list[Row], rows: list[Row] | None = None) -> list[st
         keys.setdefault((row.workload, row.metric, row.variant, _n(row)), {})[row.backend] = row
     for row in rows or []:
         key = (row.workload, row.metric, row.variant, _n(row))
-        if row.target is None and key in keys:
+        if row.target is None and key in keys and row.backend in COLUMN_LABELS:
             keys[key].setdefault(row.backend, row)
     workloads = ("chat", "floor", "growth", "concurrency", "runtime")
     metric_order = {m: i for i, m in enumerate(METRICS)}

@@ -179,7 +179,7 @@ def expected_verdicts(
             continue
         if goal.workload == "chat" and "chat" not in workloads:
             continue
-        if goal.workload == "floor" and "chat" not in workloads:
+        if goal.workload == "floor" and not {"chat", "floor"} <= workloads:
             continue
         if goal.workload == "growth" and "growth" not in workloads:
             continue
