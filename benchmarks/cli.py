@@ -293,7 +293,8 @@ def method_notes(args: argparse.Namespace, large_n: int) -> list[str]:
         "range scan and decoded with ormsgpack (PostgreSQL: binary rows). Rows show ours "
         "(the chat cell's samples) against the floor in the reference column.",
         f"growth: per storage, each side builds one {args.growth_steps}-step delta100 thread, "
-        f"times {args.growth_samples} get_tuple calls (and 20 lists) of it, copies its rows in "
+        f"times {args.growth_samples} get_tuple calls (and a quarter as many lists) of it "
+        "(PostgreSQL tables ANALYZEd first), copies its rows in "
         f"SQL to {args.growth_threads - 1:,} more thread ids (every table with a thread_id "
         "column; PostgreSQL tables ANALYZEd after), and times get_tuple / list of random "
         "threads. Growth = median with many threads / median with one, per side; the target "

@@ -52,21 +52,28 @@ def _build(store: Store, thread: str, steps: int) -> None:
     graph.invoke(first_input(steps), cfg, durability="sync")
 
 
-def _time(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def _reads(store: Store, threads: list[str]) -> tuple[list[float], list[float]]:
-    """ms per get_tuple (one per thread id given) and per list (of the first few)."""
+def _reads(store: Store, threads: list[str], expect: int) -> tuple[list[float], list[float]]:
+    """ms per get_tuple (one per thread id given) and per list (of the first quarter). Every
+    read must find its thread with `expect` checkpoints: a clone that reads as empty would
+    look fast."""
     cp = store.checkpointer
     for thread in threads[:3]:  # warm: statement caches, the page cache
         cp.get_tuple(_cfg(thread))
         list(cp.list(_cfg(thread)))
     gc.collect()
-    tuples = [_time(lambda t=t: cp.get_tuple(_cfg(t))) * 1000 for t in threads]
-    lists = [_time(lambda t=t: list(cp.list(_cfg(t)))) * 1000 for t in threads[:20]]
+    tuples, lists = [], []
+    for thread in threads:
+        start = time.perf_counter()
+        got = cp.get_tuple(_cfg(thread))
+        tuples.append((time.perf_counter() - start) * 1000)
+        if got is None or got.config["configurable"]["thread_id"] != thread:
+            raise AssertionError(f"get_tuple of {thread} found no checkpoint")
+    for thread in threads[: max(len(threads) // 4, 5)]:
+        start = time.perf_counter()
+        count = len(list(cp.list(_cfg(thread))))
+        lists.append((time.perf_counter() - start) * 1000)
+        if count != expect:
+            raise AssertionError(f"list of {thread}: {count} checkpoints, expected {expect}")
     return tuples, lists
 
 
@@ -128,7 +135,14 @@ def clone_postgres(admin: PgAdmin, schema: str, count: int) -> None:
                 ),
                 (count, SOURCE),
             )
-    for table in columns:
+    analyze_postgres(admin, schema)
+
+
+def analyze_postgres(admin: PgAdmin, schema: str) -> None:
+    """ANALYZE every table of `schema` (before both measurements, on both sides)."""
+    from psycopg import sql
+
+    for table in admin.data_tables(schema):
         admin.conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
 
 
@@ -210,8 +224,12 @@ def _many_threads(column: str, opts: GrowthOptions) -> list[Row]:
         for side in ("ours", "ref"):
             stores[side] = backend.open(side, None)
             _build(stores[side], SOURCE, opts.steps)
+        if isinstance(backend, PostgresBackend):  # statistics as after the clone, both sides
+            for side in stores:
+                analyze_postgres(backend.admin, stores[side].location)
+        expect = {side: len(list(stores[side].checkpointer.list(_cfg(SOURCE)))) for side in stores}
         for side in ("ours", "ref"):
-            tuples, lists = _reads(stores[side], [SOURCE] * opts.samples)
+            tuples, lists = _reads(stores[side], [SOURCE] * opts.samples, expect[side])
             samples[("tuple_one", side)], samples[("list_one", side)] = tuples, lists
         for side in ("ours", "ref"):
             if isinstance(backend, PostgresBackend):
@@ -219,7 +237,7 @@ def _many_threads(column: str, opts: GrowthOptions) -> list[Row]:
             else:
                 clone_sqlite(stores[side].location, opts.threads - 1)
         for side in ("ref", "ours"):
-            tuples, lists = _reads(stores[side], picks)
+            tuples, lists = _reads(stores[side], picks, expect[side])
             samples[("tuple_many", side)], samples[("list_many", side)] = tuples, lists
     finally:
         for store in stores.values():
