@@ -390,17 +390,20 @@ class PostgresBackend(Backend):
     name = "postgres"
     statements_note = "psycopg cursor_factory counting execute / executemany rows"
 
-    def __init__(self, url: str = DEFAULT_PG_URL) -> None:
+    def __init__(self, url: str = DEFAULT_PG_URL, suffix: str = "") -> None:
+        """`suffix` names a second pair of schemas (bench_ours<suffix>, ...), for a cell
+        that keeps two stores per side."""
         self.url = url
         self.admin = PgAdmin(url)
-        for schema in SCHEMAS.values():
+        self.schemas = {side: schema + suffix for side, schema in SCHEMAS.items()}
+        for schema in self.schemas.values():
             self.admin.ensure_schema(schema)
 
     def open(self, side: str, loop: asyncio.AbstractEventLoop | None) -> Store:
         import psycopg
 
         cursor_cls, _ = counting_cursor_classes()
-        schema = SCHEMAS[side]
+        schema = self.schemas[side]
         if side == "ours":
             from checkpointer.langgraph import LangGraphSaver
             from checkpointer.savers.postgres import PostgresSaver
@@ -430,7 +433,7 @@ class PostgresBackend(Backend):
         )
 
     def cleanup(self) -> None:
-        for schema in SCHEMAS.values():
+        for schema in self.schemas.values():
             self.admin.truncate(schema)
         self.admin.close()
 
@@ -443,7 +446,7 @@ class AsyncPostgresBackend(PostgresBackend):
         import psycopg
 
         _, cursor_cls = counting_cursor_classes()
-        schema = SCHEMAS[side]
+        schema = self.schemas[side]
 
         async def make() -> tuple[Any, Any]:
             if side == "ours":

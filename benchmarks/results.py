@@ -91,6 +91,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "list_one": ("list of one thread, 1 thread in the store", "ms"),
     "list_many": ("list of a random thread, many threads", "ms"),
     "list_growth": ("list growth, many threads / 1 thread", "x"),
+    "tuple_same": ("get_tuple of the first thread again, many threads", "ms"),
+    "list_same": ("list of the first thread again, many threads", "ms"),
     "list_per_ckpt_short": ("list per checkpoint, short thread (STEPS / 10)", "µs"),
     "list_per_ckpt_long": ("list per checkpoint, long thread (--long-thread STEPS)", "µs"),
     "list_step_growth": ("list per checkpoint growth, long / short thread", "x"),
