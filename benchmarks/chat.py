@@ -148,7 +148,12 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
     result = CellResult()
     floor: Floor | None = None
     if opts.floors and n >= opts.large_n:
-        floor = open_floor(backend.name, opts.floor_dir, opts.pg_url)
+        try:
+            floor = open_floor(backend.name, opts.floor_dir, opts.pg_url)
+        except Exception as exc:  # the savers' cell still runs; the floor verdicts say why not
+            result.notes.append(
+                f"FAILED floor/{backend.name}/{variant}/N={n}: {type(exc).__name__}: {exc}"
+            )
     build_sides = (*all_sides, "floor") if floor is not None else all_sides
     floor_steps = step_rows(variant, n) if floor is not None else []
     samples: dict[tuple[str, str], list[float]] = {}
