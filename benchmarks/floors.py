@@ -15,6 +15,7 @@ The tables are the minimum those operations need: a primary key to find the rows
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import time
@@ -43,9 +44,11 @@ class StepRows:
     rows: list[tuple[str, int]] = field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=4)
 def step_rows(variant: str, n: int) -> list[StepRows]:
     """Run the chat graph once on a recording in-memory saver; one StepRows per put, with
-    the writes stored since the previous put. Sizes are LangGraph's serializer's output."""
+    the writes stored since the previous put. Sizes are LangGraph's serializer's output.
+    Cached: the sync and async cells of one storage, and both storages, share it."""
     from langgraph.checkpoint.memory import InMemorySaver
 
     steps: list[StepRows] = []
