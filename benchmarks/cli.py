@@ -284,7 +284,8 @@ def method_notes(args: argparse.Namespace, large_n: int) -> list[str]:
         "bytes on Postgres: pg_total_relation_size (heap + TOAST + indexes, dead tuples "
         "included) summed over each side's tables, measured right after its build into "
         "truncated tables; not the summed payload sizes.",
-        "floors (benchmarks/floors.py, at the large N, raw drivers, same run): put = each "
+        "floors (benchmarks/floors.py, at the large N, raw drivers, measured inside each chat "
+        "cell as one more side alternating with the savers): put = each "
         "step's rows (checkpoint record, changed channel values, writes; the byte sizes "
         "LangGraph's serializer gives them, filled with random bytes) inserted with the fewest "
         "statements in one transaction per step (SQLite: sqlite3, WAL + synchronous=FULL; "
@@ -292,14 +293,15 @@ def method_notes(args: argparse.Namespace, large_n: int) -> list[str]:
         "N. delta history = the message channel's N + 1 writes fetched by one primary-key "
         "range scan and decoded with ormsgpack (PostgreSQL: binary rows). Rows show ours "
         "(the chat cell's samples) against the floor in the reference column.",
-        f"growth: per storage, each side builds one {args.growth_steps}-step delta100 thread, "
-        f"times {args.growth_samples} get_tuple calls (and a quarter as many lists) of it "
-        "(PostgreSQL tables ANALYZEd first), copies its rows in "
+        f"growth: per storage, each side keeps two stores: one with a single "
+        f"{args.growth_steps}-step delta100 thread, one with that thread and its rows copied in "
         f"SQL to {args.growth_threads - 1:,} more thread ids (every table with a thread_id "
-        "column; PostgreSQL tables ANALYZEd after), and times get_tuple / list of random "
-        "threads. Growth = median with many threads / median with one, per side; the target "
-        "is on ours. With --long-thread STEPS: list time per checkpoint of a STEPS-step "
-        "thread over a STEPS/10-step one.",
+        "column; PostgreSQL tables ANALYZEd). get_tuple and list (a quarter as many) are timed "
+        f"in 4 alternating rounds, {args.growth_samples} get_tuple calls per side and store: "
+        "the single thread, random threads of the big store, and the first thread again in the "
+        "big store (a diagnostic). Growth = median(random threads, big store) / median(single "
+        "thread), per side; the target is on ours. With --long-thread STEPS: list time per "
+        "checkpoint of a STEPS-step thread over a STEPS/10-step one.",
         "workload 3: the same graph on checkpointer.graph with our SqliteSaver vs LangGraph with "
         "the reference SqliteSaver. When workload 1 ran the sqlite backend, its reference samples "
         "(same graph, same saver, same run) are the reference here, and only our side is run.",
