@@ -31,8 +31,6 @@ from checkpointer.savers.base import (
     metadata_counters_as_pairs,
     new_blob_channels,
     parent_id_for_put,
-    put_parent_mismatch,
-    put_parent_missing,
     resolve_now,
     validate_limit,
     validate_metadata_filter,
@@ -1341,26 +1339,6 @@ def put_op(
         )
     )
     return op, make_config(thread_id, ns, checkpoint_id), inline
-
-
-def refused_put_plan(
-    d: Dialect, thread_id: str, ns: str, checkpoint_id: str, parent_id: str | None
-) -> Plan[None]:
-    """Raise why the put statement wrote no checkpoint row (it checks the parent itself,
-    so this runs only for a refused put, never on the hot path): the checkpoint is stored
-    with another parent, or the parent is not stored in this thread and namespace."""
-    rows = yield Stmt(
-        f"SELECT parent_checkpoint_id FROM {d.checkpoints} WHERE thread_id = "
-        f"{d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')} AND checkpoint_id = "
-        f"{d.p('checkpoint_id')}",
-        {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id},
-        fetch=True,
-    )
-    if rows and rows[0][0] != parent_id:
-        raise put_parent_mismatch(thread_id, ns, checkpoint_id, rows[0][0], parent_id)
-    if parent_id is None:  # cannot happen: a root put with no stored row always inserts
-        raise CheckpointerError(f"put(): checkpoint {checkpoint_id!r} was not written")
-    raise put_parent_missing(thread_id, ns, checkpoint_id, parent_id)
 
 
 def unchanged_channels(checkpoint: Checkpoint, new_versions: ChannelVersions) -> set[str]:
