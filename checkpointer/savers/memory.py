@@ -539,6 +539,9 @@ class InMemorySaver(BaseCheckpointSaver):
                 if channel in values
             }
             dumped = dump(record)
+        restore = self._unstored_values(thread_id, ns, parent_id, checkpoint, new_versions)
+        if restore:
+            blobs = {**self._dump_blobs(thread_id, ns, restore), **blobs}
         stored = _StoredCheckpoint(  # positional: the fields in order, pinned left False
             dumped,
             # refuses what every saver refuses
@@ -571,7 +574,11 @@ class InMemorySaver(BaseCheckpointSaver):
             if namespace is None:
                 namespace = self._threads.setdefault(thread_id, {})[ns] = Namespace()
             self._touch(thread_id)
-            self._blobs.update(blobs)
+            for key, blob in blobs.items():
+                if key[2] in new_versions:
+                    self._blobs[key] = blob
+                else:  # a value kept for an unchanged channel: written only if absent
+                    self._blobs.setdefault(key, blob)
             early = self._orphan_writes.pop((thread_id, ns, checkpoint_id), None)
             if previous is not None:
                 # Re-saving a checkpoint updates it in place; it keeps its place in the tree,
@@ -582,6 +589,47 @@ class InMemorySaver(BaseCheckpointSaver):
                 stored.writes = early
             namespace[checkpoint_id] = stored
         return make_config(thread_id, ns, checkpoint_id)
+
+    def _unstored_values(
+        self,
+        thread_id: str,
+        ns: str,
+        parent_id: str | None,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+    ) -> dict[str, tuple[str, Any]]:
+        """(version, value) of the unchanged channels with a value here, at a version the
+        parent does not hold, and no value stored at it: stored by this put, as the SQL
+        savers do (`sql/unstored.py`)."""
+        values, versions = checkpoint["channel_values"], checkpoint["channel_versions"]
+        namespace = self._threads.get(thread_id, {}).get(ns)
+        parent = None
+        if parent_id is not None and namespace is not None:
+            parent = namespace.get(parent_id)
+        parent_versions = parent.channel_versions if parent is not None else {}
+        return {
+            ch: (str(versions[ch]), value)
+            for ch, value in values.items()
+            if ch not in new_versions
+            and ch in versions
+            and parent_versions.get(ch) != versions[ch]
+            and (thread_id, ns, ch, str(versions[ch])) not in self._blobs
+        }
+
+    def _dump_blobs(
+        self, thread_id: str, ns: str, values: Mapping[str, tuple[str, Any]]
+    ) -> dict[BlobKey, Typed]:
+        serde = self.serde
+        if is_located(serde):
+            return {
+                (thread_id, ns, ch, v): dumps_at(
+                    serde, value, ValueLocation.blob(thread_id, ns, ch, v)
+                )
+                for ch, (v, value) in values.items()
+            }
+        return {
+            (thread_id, ns, ch, v): serde.dumps_typed(value) for ch, (v, value) in values.items()
+        }
 
     def put_writes(
         self,

@@ -1275,13 +1275,16 @@ def put_op(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
     carried: Inline | None = None,
+    restore: Mapping[str, tuple[Any, Any]] | None = None,
 ) -> tuple[Op[None], RunnableConfig, Inline]:
     """Serialize only the channels in `new_versions` that have a value; the checkpoint row
     records every version, so unchanged channels keep pointing at their older values.
 
     With a serializer that allows it, changed small scalars go into the record instead of
     value rows, with `carried` (the parent's inline values of unchanged channels, see
-    `inline.py`); the record's inline values are returned with the op."""
+    `inline.py`); the record's inline values are returned with the op. `restore`:
+    (version, value) of unchanged channels whose value may not be stored yet, written as
+    value rows if absent (`unstored.py`)."""
     thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
     parent_id = parent_id_for_put(config, checkpoint)
     checkpoint_id = checkpoint["id"]
@@ -1294,6 +1297,8 @@ def put_op(
                 inline[channel] = value
         if inline:
             changed = {ch: pair for ch, pair in changed.items() if ch not in inline}
+    if restore:  # value rows only, written if absent (see `unstored.py`)
+        changed = {**restore, **changed}
     if is_located(serde):
         blobs = [
             (
