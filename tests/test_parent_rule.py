@@ -136,3 +136,25 @@ async def test_no_put_sequence_closes_a_loop_on_any_saver(harness: Harness) -> N
             assert history["d"]["writes"] == []
         listed = await harness.list(make_config(thread))
         assert {t.config["configurable"]["checkpoint_id"] for t in listed} == set(stored)
+
+
+def test_the_put_guard_probes_indexes_never_scans(tmp_path: Path) -> None:
+    """The rule costs two index probes per put on SQLite (children by parent: revision
+    0007's index; the checkpoint itself: the primary key), whatever the thread's length."""
+    import sqlite3
+
+    from checkpointer.savers.sql.parents import new_checkpoint_allowed
+    from checkpointer.savers.sql.schema import CHECKPOINTS
+
+    path = tmp_path / "plan.db"
+    with SqliteSaver.from_conn_string(path):
+        pass
+    guard = new_checkpoint_allowed(CHECKPOINTS, "?1", "?2", "?3")
+    with sqlite3.connect(path) as conn:
+        plan = [
+            row[3]
+            for row in conn.execute(f"EXPLAIN QUERY PLAN SELECT 1 WHERE {guard}", ("t", "", "x"))
+        ]
+    searches = [s for s in plan if s.startswith(("SEARCH", "SCAN")) and "CONSTANT ROW" not in s]
+    assert len(searches) == 2 and all(step.startswith("SEARCH") for step in searches), plan
+    assert any(f"{CHECKPOINTS}_parent_idx" in step for step in searches), plan
