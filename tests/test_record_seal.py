@@ -314,8 +314,9 @@ async def test_upgrade_from_0005_reads_unsealed_then_reencrypt_seals(
         for i in ids:  # as 0005 code wrote them
             db.edit("t", i, lambda r: r.pop(SEAL_KEY))
         db._rows("UPDATE {s}" + VERSION_TABLE + " SET version_num = '0005'", ())
+        db._rows("DROP INDEX {s}checkpointer_checkpoints_parent_idx", ())  # from 0007
         stale = await db.open(enc(), setup=False)
-        with pytest.raises(SchemaVersionError):  # this code reads 0006 databases only
+        with pytest.raises(SchemaVersionError):  # this code reads 0007 databases only
             await stale.get_tuple(make_config("t", ""))
         await db.close_saver()
         url = f"sqlite:///{db.path}" if db.schema is None else PG_URL

@@ -22,10 +22,10 @@ from checkpointer.savers.sql.core import (
     each,
     quote_ident,
     refresh_summaries_stmts,
-    refused_put_plan,
     summary_merge,
 )
 from checkpointer.savers.sql.migration import plan_upgrade
+from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_plan
 from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
 
 _CASTS = {
@@ -339,13 +339,11 @@ class PostgresDialect(Dialect):
         # Blobs, checkpoint and thread summary in one statement: one round trip, atomic in
         # autocommit. Every CTE sees the rows as they were before the statement, so `prior`
         # is the checkpoint this put replaces, if any.
-        # `ok`: the parent is stored in this thread and namespace, and a re-put keeps the
-        # stored parent. Nothing is written otherwise (every part below tests it), and the
-        # statement returns false: the check costs no round trip of its own.
-        parent_ok = (
-            "(CAST(%(parent_id)s AS text) IS NULL OR EXISTS (SELECT 1 FROM "
-            f"{self.checkpoints} p WHERE p.thread_id = %(thread_id)s AND p.checkpoint_ns = "
-            "%(checkpoint_ns)s AND p.checkpoint_id = %(parent_id)s))"
+        # `ok`: no stored checkpoint names a new one as its parent, and a re-put keeps the
+        # stored parent (`parents.py`). Nothing is written otherwise (every part below
+        # tests it), and the statement returns false: the check costs no round trip.
+        parent_ok = new_checkpoint_allowed(
+            self.checkpoints, "%(thread_id)s", "%(checkpoint_ns)s", "%(checkpoint_id)s"
         )
         ctes = [
             f"prior AS (SELECT {size} AS n, parent_checkpoint_id AS parent "

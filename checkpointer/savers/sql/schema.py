@@ -19,10 +19,10 @@ WRITES = "checkpointer_writes"
 THREADS = "checkpointer_threads"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
-KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006")
+KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006", "0007")
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
 
@@ -78,6 +78,8 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
             "thread_id", "checkpoint_ns", "checkpoint_id", name=f"{CHECKPOINTS}_pkey"
         ),
         sa.Index(f"{CHECKPOINTS}_run_id_idx", "run_id"),
+        # put refuses a new checkpoint that a stored one names as its parent (no loops).
+        sa.Index(f"{CHECKPOINTS}_parent_idx", "thread_id", "checkpoint_ns", "parent_checkpoint_id"),
     )
     sa.Table(
         BLOBS,
