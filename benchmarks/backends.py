@@ -13,7 +13,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -27,9 +27,19 @@ from benchmarks.instrument import (
 T = TypeVar("T")
 
 SIDES: tuple[str, str] = ("ours", "ref")
-ALL_BACKENDS: tuple[str, ...] = ("memory", "sqlite", "async_sqlite", "postgres", "async_postgres")
-SQL_BACKENDS = frozenset({"sqlite", "async_sqlite", "postgres", "async_postgres"})
-SQLITE_BACKENDS = frozenset({"sqlite", "async_sqlite"})
+ALL_BACKENDS: tuple[str, ...] = (
+    "memory",
+    "sqlite",
+    "sqlite_full",
+    "async_sqlite",
+    "postgres",
+    "async_postgres",
+)
+"""Report columns. `sqlite` is our SqliteSaver at its default synchronous=NORMAL,
+`sqlite_full` the same saver at synchronous=FULL (the reference's durability: an fsync per
+commit); both run in one cell against one reference. `async_sqlite` runs ours at FULL."""
+SQL_BACKENDS = frozenset({"sqlite", "sqlite_full", "async_sqlite", "postgres", "async_postgres"})
+SQLITE_BACKENDS = frozenset({"sqlite", "sqlite_full", "async_sqlite"})
 POSTGRES_BACKENDS = frozenset({"postgres", "async_postgres"})
 
 DEFAULT_PG_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/bench")
@@ -47,6 +57,8 @@ class Store:
     bytes_on_disk: Callable[[], int | None]
     close: Callable[[], None]
     closed: bool = field(default=False)
+    # Where the data lives: the SQLite file, or the Postgres schema (for the growth cell).
+    location: str = ""
 
     def run(self, sync: Callable[[], T], coro: Callable[[], Awaitable[T]]) -> T:
         if self.loop is None:
@@ -60,9 +72,20 @@ class Store:
 
 
 class Backend:
+    """`name` is the storage (sqlite, postgres, ...); `ours_sides` maps each of our sides
+    measured in one cell to its report column (usually one: "ours" -> name)."""
+
     name: str = ""
     is_async: bool = False
     statements_note: str = ""
+
+    @property
+    def ours_sides(self) -> dict[str, str]:
+        return {"ours": self.name}
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return (*self.ours_sides, "ref")
 
     def open(self, side: str, loop: asyncio.AbstractEventLoop | None) -> Store:
         raise NotImplementedError
@@ -144,14 +167,32 @@ class SqliteBackend(Backend):
     name = "sqlite"
     statements_note = "sqlite3 set_trace_callback on every connection the saver uses"
 
-    def __init__(self, directory: str | None = None, synchronous: str | None = None) -> None:
-        """`synchronous`: PRAGMA synchronous for OUR saver (None: the saver's default)."""
-        self.ours_kwargs: dict[str, Any] = (
-            {} if synchronous is None else {"synchronous": synchronous}
-        )
+    def __init__(
+        self,
+        directory: str | None = None,
+        synchronous: str | None = None,
+        columns: tuple[str, ...] = ("sqlite",),
+    ) -> None:
+        """`columns`: which of our configurations run against the one reference: `sqlite`
+        (PRAGMA synchronous = `synchronous`, None: the saver's default NORMAL) and/or
+        `sqlite_full` (FULL)."""
+        self._sync: dict[str, str | None] = {}
+        self._columns: dict[str, str] = {}
+        for column in columns:
+            side = "ours_full" if column.endswith("_full") else "ours"
+            self._columns[side] = column
+            self._sync[side] = "FULL" if side == "ours_full" else synchronous
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="bench-sqlite-")
         self._k = 0
+
+    @property
+    def ours_sides(self) -> dict[str, str]:
+        return dict(self._columns)
+
+    def ours_kwargs(self, side: str) -> dict[str, Any]:
+        sync = self._sync.get(side)
+        return {} if sync is None else {"synchronous": sync}
 
     def _path(self, side: str) -> str:
         self._k += 1
@@ -161,11 +202,11 @@ class SqliteBackend(Backend):
 
     def open(self, side: str, loop: asyncio.AbstractEventLoop | None) -> Store:
         path = self._path(side)
-        if side == "ours":
+        if side != "ref":
             from checkpointer.langgraph import LangGraphSaver
             from checkpointer.savers.sqlite import SqliteSaver
 
-            saver = SqliteSaver(path, **self.ours_kwargs)
+            saver = SqliteSaver(path, **self.ours_kwargs(side))
             hook_sqlite_opens(saver)
             saver.setup()
             checkpointer: Any = LangGraphSaver(saver)
@@ -186,7 +227,7 @@ class SqliteBackend(Backend):
                 conn.close()
                 _remove(path)
 
-        return Store(checkpointer, None, True, lambda: sqlite_bytes(path), close)
+        return Store(checkpointer, None, True, lambda: sqlite_bytes(path), close, location=path)
 
     def cleanup(self) -> None:
         if self._own_dir:
@@ -198,18 +239,22 @@ class AsyncSqliteBackend(SqliteBackend):
     is_async = True
     statements_note = "sqlite3 set_trace_callback on the aiosqlite connection"
 
+    def __init__(self, directory: str | None = None, synchronous: str | None = "FULL") -> None:
+        """Ours at `synchronous` (default FULL: the reference's durability)."""
+        super().__init__(directory, synchronous, columns=("async_sqlite",))
+
     def open(self, side: str, loop: asyncio.AbstractEventLoop | None) -> Store:
         import aiosqlite
 
         path = self._path(side)
 
         async def make() -> tuple[Any, Any]:
-            if side == "ours":
+            if side != "ref":
                 from checkpointer.langgraph import LangGraphSaver
                 from checkpointer.savers.sqlite import AsyncSqliteSaver
 
                 # From a path, as `from_conn_string` does (a given connection gets no WAL).
-                saver = AsyncSqliteSaver(path, **self.ours_kwargs)
+                saver = AsyncSqliteSaver(path, **self.ours_kwargs(side))
                 await saver.setup()
                 conn = getattr(saver._executor, "_conn", None)
                 if conn is not None:
@@ -231,7 +276,7 @@ class AsyncSqliteBackend(SqliteBackend):
             _run(loop, aclose())
             _remove(path)
 
-        return Store(checkpointer, loop, True, lambda: sqlite_bytes(path), close)
+        return Store(checkpointer, loop, True, lambda: sqlite_bytes(path), close, location=path)
 
 
 # ------------------------------------------------------------------------- Postgres
@@ -345,17 +390,20 @@ class PostgresBackend(Backend):
     name = "postgres"
     statements_note = "psycopg cursor_factory counting execute / executemany rows"
 
-    def __init__(self, url: str = DEFAULT_PG_URL) -> None:
+    def __init__(self, url: str = DEFAULT_PG_URL, suffix: str = "") -> None:
+        """`suffix` names a second pair of schemas (bench_ours<suffix>, ...), for a cell
+        that keeps two stores per side."""
         self.url = url
         self.admin = PgAdmin(url)
-        for schema in SCHEMAS.values():
+        self.schemas = {side: schema + suffix for side, schema in SCHEMAS.items()}
+        for schema in self.schemas.values():
             self.admin.ensure_schema(schema)
 
     def open(self, side: str, loop: asyncio.AbstractEventLoop | None) -> Store:
         import psycopg
 
         cursor_cls, _ = counting_cursor_classes()
-        schema = SCHEMAS[side]
+        schema = self.schemas[side]
         if side == "ours":
             from checkpointer.langgraph import LangGraphSaver
             from checkpointer.savers.postgres import PostgresSaver
@@ -375,10 +423,17 @@ class PostgresBackend(Backend):
             checkpointer = RefPostgres(conn)
             checkpointer.setup()
         self.admin.truncate(schema)
-        return Store(checkpointer, None, True, lambda: self.admin.schema_bytes(schema), conn.close)
+        return Store(
+            checkpointer,
+            None,
+            True,
+            lambda: self.admin.schema_bytes(schema),
+            conn.close,
+            location=schema,
+        )
 
     def cleanup(self) -> None:
-        for schema in SCHEMAS.values():
+        for schema in self.schemas.values():
             self.admin.truncate(schema)
         self.admin.close()
 
@@ -391,7 +446,7 @@ class AsyncPostgresBackend(PostgresBackend):
         import psycopg
 
         _, cursor_cls = counting_cursor_classes()
-        schema = SCHEMAS[side]
+        schema = self.schemas[side]
 
         async def make() -> tuple[Any, Any]:
             if side == "ours":
@@ -421,18 +476,39 @@ class AsyncPostgresBackend(PostgresBackend):
             True,
             lambda: self.admin.schema_bytes(schema),
             lambda: _run(loop, conn.close()),
+            location=schema,
         )
+
+
+def make_backends(
+    names: Sequence[str], pg_url: str = DEFAULT_PG_URL, sqlite_synchronous: str | None = None
+) -> list[Backend]:
+    """One backend per storage, in `names` order; `sqlite` and `sqlite_full` share one
+    (one reference, measured once, against both of our configurations)."""
+    out: list[Backend] = []
+    sqlite_columns = tuple(n for n in names if n in ("sqlite", "sqlite_full"))
+    for name in names:
+        if name in ("sqlite", "sqlite_full"):
+            if name == sqlite_columns[0]:
+                out.append(SqliteBackend(synchronous=sqlite_synchronous, columns=sqlite_columns))
+        else:
+            out.append(make_backend(name, pg_url))
+    return out
 
 
 def make_backend(
     name: str, pg_url: str = DEFAULT_PG_URL, sqlite_synchronous: str | None = None
 ) -> Backend:
+    """`sqlite_synchronous` sets ours in the `sqlite` column (async_sqlite runs ours at
+    FULL, the reference's durability)."""
     if name == "memory":
         return MemoryBackend()
     if name == "sqlite":
         return SqliteBackend(synchronous=sqlite_synchronous)
+    if name == "sqlite_full":
+        return SqliteBackend(columns=("sqlite_full",))
     if name == "async_sqlite":
-        return AsyncSqliteBackend(synchronous=sqlite_synchronous)
+        return AsyncSqliteBackend()
     if name == "postgres":
         return PostgresBackend(pg_url)
     if name == "async_postgres":

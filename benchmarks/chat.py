@@ -19,12 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.backends import SIDES, Backend, Store
+from benchmarks.backends import Backend, Store
+from benchmarks.floors import Floor, history_payloads, open_floor, step_rows
 from benchmarks.graphs import chat_builder, first_input, make_messages, run_config
 from benchmarks.instrument import COUNTER, SQLITE_TRACING, CallStats, Counted, TimedSaver
 from benchmarks.results import METRICS, Row, chat_target
+from benchmarks.targets import target_for
 
 MB = 1024 * 1024
+FLOOR_NOTE = "reference column = the raw-driver floor, measured in the same cell"
 DEEP_HISTORY_N = 1000
 """From this N on, LangGraph's history of a never-snapshotting thread takes many seconds."""
 
@@ -45,6 +48,11 @@ class ChatOptions:
     deep_history_backends: frozenset[str] = frozenset({"sqlite"})
     full_history: bool = False
     profile_dir: str | None = None
+    # Raw-driver floors (benchmarks/floors.py), measured in the cell at the large N as one
+    # more side, alternating with the savers (fsync cost drifts on a shared disk).
+    floors: bool = False
+    floor_dir: str = ""
+    pg_url: str = ""
     log: Callable[[str], None] = print
 
 
@@ -126,15 +134,28 @@ def _read_ops(side: _Side, head: dict[str, Any]) -> dict[str, Callable[[], Any]]
     }
 
 
-def _order(rep: int) -> tuple[str, ...]:
-    return SIDES if rep % 2 == 0 else SIDES[::-1]
+def _order(sides: tuple[str, ...], rep: int) -> tuple[str, ...]:
+    """Alternate which side goes first, so drift on a noisy machine hits all sides."""
+    return sides if rep % 2 == 0 else sides[::-1]
 
 
 def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> CellResult:
-    """Measure one (backend, variant, N) cell on both sides."""
+    """Measure one (backend, variant, N) cell on every side (the reference and each of
+    our configurations of this storage)."""
+    all_sides = backend.sides
     loop = asyncio.new_event_loop() if backend.is_async else None
     steps = make_messages(n)
     result = CellResult()
+    floor: Floor | None = None
+    if opts.floors and n >= opts.large_n:
+        try:
+            floor = open_floor(backend.name, opts.floor_dir, opts.pg_url)
+        except Exception as exc:  # the savers' cell still runs; the floor verdicts say why not
+            result.notes.append(
+                f"FAILED floor/{backend.name}/{variant}/N={n}: {type(exc).__name__}: {exc}"
+            )
+    build_sides = (*all_sides, "floor") if floor is not None else all_sides
+    floor_steps = step_rows(variant, n) if floor is not None else []
     samples: dict[tuple[str, str], list[float]] = {}
     spent: dict[tuple[str, str], float] = {}
     sides: dict[str, _Side] = {}
@@ -151,7 +172,10 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
         # A large-N build is one sample of N puts already, and costs tens of seconds.
         builds = opts.repeat if n < opts.large_n else min(opts.repeat, opts.large_build_repeat)
         for rep in range(builds):
-            for name in _order(rep):
+            for name in _order(build_sides, rep):
+                if name == "floor" and floor is not None:
+                    add("put", "floor", floor.put(floor_steps, n))
+                    continue
                 if not wanted("wall", name, rep):
                     continue
                 if name in sides:
@@ -174,19 +198,24 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
             for name, s in sides.items()
         }
         ops = {name: _read_ops(s, heads[name]) for name, s in sides.items()}
+        read_sides = all_sides
+        if floor is not None and variant == "delta_never":
+            ops["floor"] = {"delta": floor.history_reader(history_payloads(n))}
+            ops["floor"]["delta"]()  # warm, as the savers' first read warmed their caches
+            read_sides = (*all_sides, "floor")
         cheap = ["get_state", "get_tuple", "list"]
         if variant != "classic":
             cheap.append("delta")
         first: dict[tuple[str, str], Any] = {}
         for rep in range(opts.repeat):
-            for name in _order(rep):
+            for name in _order(read_sides, rep):
                 for metric in cheap:
-                    if not wanted(metric, name, rep):
+                    if metric not in ops[name] or not wanted(metric, name, rep):
                         continue
                     elapsed, counted, value = _timed(ops[name][metric])
                     unit_scale = 1.0 if METRICS[metric][1] == "s" else 1000.0
                     add(metric, name, elapsed * unit_scale, elapsed)
-                    if sides[name].store.counts_statements:
+                    if name in sides and sides[name].store.counts_statements:
                         add(f"{metric}_stmts", name, counted.statements)
                     first.setdefault((metric, name), value)
         history_skip = (
@@ -202,7 +231,7 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
             )
         else:
             for rep in range(opts.repeat):
-                for name in _order(rep):
+                for name in _order(all_sides, rep):
                     if not wanted("history", name, rep):
                         continue
                     elapsed, counted, value = _timed(ops[name]["history"])
@@ -210,45 +239,60 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
                     if sides[name].store.counts_statements:
                         add("history_stmts", name, counted.statements)
                     first.setdefault(("history", name), value)
-        result.notes.extend(_check(backend.name, variant, n, first))
+        for side_name, column in backend.ours_sides.items():
+            result.notes.extend(_check(column, variant, n, first, side_name))
         if ("get_state", "ref") in first:
             result.ref_digests["get_state"] = digest(first[("get_state", "ref")].values)
         if ("history", "ref") in first:
             result.ref_digests["history"] = [digest(s.values) for s in first[("history", "ref")]]
         if opts.profile_dir:
-            _profile(backend.name, variant, n, sides["ours"], ops["ours"], opts)
+            first_ours = next(iter(backend.ours_sides))
+            _profile(backend.name, variant, n, sides[first_ours], ops[first_ours], opts)
     finally:
         for side in sides.values():
             side.store.shutdown()
+        if floor is not None:
+            floor.close()
         if loop is not None:
             loop.close()
 
-    for metric, (_, unit) in METRICS.items():
-        ours = samples.get((metric, "ours"), [])
-        ref = samples.get((metric, "ref"), [])
-        if not ours and not ref:
-            continue
-        target = chat_target(backend.name, variant, n, metric, opts.large_n)
-        result.rows.append(Row("chat", backend.name, variant, n, metric, unit, ours, ref, target))
+    for side, column in backend.ours_sides.items():
+        for metric, (_, unit) in METRICS.items():
+            ours = samples.get((metric, side), [])
+            ref = samples.get((metric, "ref"), [])
+            if not ours and not ref:
+                continue
+            target = chat_target(column, variant, n, metric, opts.large_n)
+            result.rows.append(Row("chat", column, variant, n, metric, unit, ours, ref, target))
+        for metric in ("put", "delta"):
+            ours, ref = samples.get((metric, side), []), samples.get((metric, "floor"), [])
+            if ref:
+                name = f"{metric}_floor"
+                target = target_for("floor", column, variant, n, name, opts.large_n)
+                result.rows.append(
+                    Row("floor", column, variant, n, name, "ms", ours, ref, target, FLOOR_NOTE)
+                )
     result.ref_samples = {metric: v for (metric, side), v in samples.items() if side == "ref"}
     return result
 
 
-def _check(backend: str, variant: str, n: int, first: dict[tuple[str, str], Any]) -> list[str]:
+def _check(
+    column: str, variant: str, n: int, first: dict[tuple[str, str], Any], side: str = "ours"
+) -> list[str]:
     """Both sides must have produced the same thread: a fast wrong answer is no result."""
-    where = f"chat/{backend}/{variant}/N={n}"
+    where = f"chat/{column}/{variant}/N={n}"
     problems: list[str] = []
-    ours, ref = first.get(("get_state", "ours")), first.get(("get_state", "ref"))
+    ours, ref = first.get(("get_state", side)), first.get(("get_state", "ref"))
     if ours is not None and ref is not None and ours.values != ref.values:
         problems.append(f"{where}: get_state values differ between ours and the reference")
     for metric in ("list", "history"):
-        a, b = first.get((metric, "ours")), first.get((metric, "ref"))
+        a, b = first.get((metric, side)), first.get((metric, "ref"))
         if a is not None and b is not None and len(a) != len(b):
             problems.append(f"{where}: {metric} returned {len(a)} items, reference {len(b)}")
-    a, b = first.get(("history", "ours")), first.get(("history", "ref"))
+    a, b = first.get(("history", side)), first.get(("history", "ref"))
     if a and b and [s.values for s in a] != [s.values for s in b]:
         problems.append(f"{where}: get_state_history values differ from the reference")
-    a, b = first.get(("delta", "ours")), first.get(("delta", "ref"))
+    a, b = first.get(("delta", side)), first.get(("delta", "ref"))
     if a is not None and b is not None:
         wa, wb = len(a["messages"]["writes"]), len(b["messages"]["writes"])
         if wa != wb or ("seed" in a["messages"]) != ("seed" in b["messages"]):

@@ -1,10 +1,16 @@
 """`python -m benchmarks`: run the workloads and write benchmarks/results/<name>.md + .json.
 
-python -m benchmarks                      # default: N = 200 and 1000, 3 repeats
+python -m benchmarks                      # default: N = 200 and 1000, 3 repeats, every cell
 python -m benchmarks --n 200 --n 1000 --repeat 3
 python -m benchmarks --quick              # about two minutes
 python -m benchmarks --backends memory,sqlite --workloads chat --n 50
 python -m benchmarks --profile            # also cProfile our side into results/profiles
+python -m benchmarks --long-thread 10000   # also list per checkpoint at 10,000 vs 1,000 steps
+
+Columns: memory | sqlite (ours at its default synchronous=NORMAL) | sqlite_full (ours at
+synchronous=FULL, the reference's durability; the SQLite targets are held here) |
+async_sqlite (ours at FULL) | postgres | async_postgres. The targets are the table GOALS in
+benchmarks/targets.py; every issue-#17 target gets PASS, MISS or "not measured".
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import gc
 import os
 import re
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -25,15 +32,17 @@ from benchmarks.backends import (
     ALL_BACKENDS,
     DEFAULT_PG_URL,
     POSTGRES_BACKENDS,
+    SQLITE_BACKENDS,
     PgAdmin,
-    make_backend,
+    make_backends,
     postgres_available,
 )
 from benchmarks.graphs import VARIANTS
-from benchmarks.results import Row
+from benchmarks.results import METRICS, Row
+from benchmarks.targets import Expected, expected_verdicts
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-WORKLOADS = ("chat", "concurrency", "runtime")
+WORKLOADS = ("chat", "floor", "growth", "concurrency", "runtime")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -82,15 +91,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--deep-history-backends",
-        default="sqlite",
-        help="backends that measure that history by default (comma list)",
+        default=",".join(ALL_BACKENDS),
+        help="backends that measure that history without --full-history (comma list; "
+        "default all: the issue holds get_state_history to a target in every variant)",
     )
     p.add_argument(
         "--sqlite-synchronous",
         choices=("NORMAL", "FULL"),
         default=None,
-        help="PRAGMA synchronous for OUR SQLite savers (default: the saver's own, NORMAL); "
-        "FULL matches the reference's durability",
+        help="PRAGMA synchronous for ours in the `sqlite` column (default: the saver's own, "
+        "NORMAL); the sqlite_full and async_sqlite columns always run ours at FULL",
+    )
+    p.add_argument(
+        "--growth-threads",
+        type=int,
+        default=None,
+        help="threads in the store for the growth cell (default 10000, quick 200)",
+    )
+    p.add_argument(
+        "--growth-steps", type=int, default=10, help="steps of each thread in the growth cell"
+    )
+    p.add_argument(
+        "--growth-samples",
+        type=int,
+        default=None,
+        help="get_tuple calls per side and store size in the growth cell (default 200, quick 50)",
+    )
+    p.add_argument(
+        "--long-thread",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="also measure list per checkpoint on a STEPS-step thread vs a STEPS/10-step one "
+        "(10000 for the issue's target; slow, off by default)",
     )
     p.add_argument(
         "--pg-url",
@@ -140,6 +173,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.pg_latency_ms = "0"
     args.pg_latency_ms = [float(x) for x in args.pg_latency_ms.split(",") if x.strip()]
     args.process_steps = args.process_steps or (10 if quick else 25)
+    args.growth_threads = args.growth_threads or (200 if quick else 10_000)
+    args.growth_samples = args.growth_samples or (50 if quick else 200)
     args.backends = _names(args.backends, ALL_BACKENDS, "backend")
     args.variants = _names(args.variants, VARIANTS, "variant")
     args.workloads = _names(args.workloads, WORKLOADS, "workload")
@@ -238,15 +273,65 @@ def method_notes(args: argparse.Namespace, large_n: int) -> list[str]:
         "each way) go through benchmarks/latency_proxy.py, a TCP proxy standing for a network "
         "between the application and the database. Client CPU per step shows the ceiling: "
         "one process cannot exceed 1000 / (CPU ms per step) steps/s.",
-        "durability differs by default: our SQLite savers run WAL with synchronous="
-        f"{args.sqlite_synchronous or 'NORMAL (their default)'}; the reference SqliteSaver runs "
-        "WAL with sqlite3's default synchronous=FULL (an fsync per commit), and the reference "
-        "AsyncSqliteSaver never enables WAL (rollback journal, FULL). Pass "
-        "--sqlite-synchronous FULL to compare our savers at the reference's durability.",
+        "durability: the reference SqliteSaver runs WAL with sqlite3's default "
+        "synchronous=FULL (an fsync per commit); the reference AsyncSqliteSaver never enables "
+        "WAL (rollback journal, FULL). Column sqlite_full runs our SqliteSaver at FULL and "
+        "async_sqlite our AsyncSqliteSaver at FULL: equal durability, where the SQLite targets "
+        "are held. Column sqlite runs our SqliteSaver at "
+        f"{args.sqlite_synchronous or 'its default, NORMAL'} (WAL; durable against a process "
+        "crash, not a power loss), reported without verdicts. sqlite and sqlite_full are "
+        "measured in one cell against one reference, the three sides alternating.",
+        "bytes on Postgres: pg_total_relation_size (heap + TOAST + indexes, dead tuples "
+        "included) summed over each side's tables, measured right after its build into "
+        "truncated tables; not the summed payload sizes.",
+        "floors (benchmarks/floors.py, at the large N, raw drivers, measured inside each chat "
+        "cell as one more side alternating with the savers): put = each "
+        "step's rows (checkpoint record, changed channel values, writes; the byte sizes "
+        "LangGraph's serializer gives them, filled with random bytes) inserted with the fewest "
+        "statements in one transaction per step (SQLite: sqlite3, WAL + synchronous=FULL; "
+        "PostgreSQL: psycopg, one INSERT plus pipelined executemany, commit per step), total / "
+        "N. delta history = the message channel's N + 1 writes fetched by one primary-key "
+        "range scan and decoded with ormsgpack (PostgreSQL: binary rows). Rows show ours "
+        "(the chat cell's samples) against the floor in the reference column.",
+        f"growth: per storage, each side keeps two stores: one with a single "
+        f"{args.growth_steps}-step delta100 thread, one with that thread and its rows copied in "
+        f"SQL to {args.growth_threads - 1:,} more thread ids (every table with a thread_id "
+        "column; PostgreSQL tables ANALYZEd). get_tuple and list (a quarter as many) are timed "
+        f"in 4 alternating rounds, {args.growth_samples} get_tuple calls per side and store: "
+        "the single thread, random threads of the big store, and the first thread again in the "
+        "big store (a diagnostic). Growth = median(random threads, big store) / median(single "
+        "thread), per side; the target is on ours. With --long-thread STEPS: list time per "
+        "checkpoint of a STEPS-step thread over a STEPS/10-step one.",
         "workload 3: the same graph on checkpointer.graph with our SqliteSaver vs LangGraph with "
         "the reference SqliteSaver. When workload 1 ran the sqlite backend, its reference samples "
         "(same graph, same saver, same run) are the reference here, and only our side is run.",
     ]
+
+
+def _growth_columns(backends: Sequence[str]) -> list[str]:
+    """The growth cell runs per storage: sqlite if any SQLite column was asked for, etc."""
+    out = []
+    if set(backends) & SQLITE_BACKENDS:
+        out.append("sqlite")
+    if set(backends) & POSTGRES_BACKENDS:
+        out.append("postgres")
+    return out
+
+
+def not_measured(rows: list[Row], expected: list[Expected]) -> list[Row]:
+    """A "not measured" row for every verdict owed that no measured row gives."""
+    have = {
+        (r.workload, r.backend, r.variant, r.n, r.metric)
+        for r in rows
+        if r.target is not None and (r.ours_samples or r.ref_samples)
+    }
+    out = []
+    for e in expected:
+        if (e.workload, e.column, e.variant, e.n, e.metric) in have:
+            continue
+        unit = METRICS.get(e.metric, (e.metric, ""))[1]
+        out.append(Row(e.workload, e.column, e.variant, e.n, e.metric, unit, target=e.target))
+    return out
 
 
 def _preload() -> None:
@@ -285,6 +370,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as scratch:
+        return _run_in(args, argv, started, scratch)
+
+
+def _run_in(
+    args: argparse.Namespace, argv: Sequence[str] | None, started: float, scratch: str
+) -> int:
     from benchmarks import report
     from benchmarks.chat import ChatOptions, run_chat_cell
     from benchmarks.concurrency import ConcurrencyOptions, run_pg_concurrency, run_sqlite_processes
@@ -314,10 +406,13 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -
             deep_history_backends=args.deep_history_backends,
             full_history=args.full_history,
             profile_dir=os.path.join(args.out, "profiles") if args.profile else None,
+            floors="floor" in args.workloads,
+            floor_dir=scratch,
+            pg_url=args.pg_url,
             log=log,
         )
-        for name in backends:
-            backend = make_backend(name, args.pg_url, args.sqlite_synchronous)
+        for backend in make_backends(backends, args.pg_url, args.sqlite_synchronous):
+            name = backend.name
             try:
                 for n in args.n:
                     for variant in args.variants:
@@ -336,6 +431,23 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -
                         log(f"  done in {time.perf_counter() - t0:.1f} s")
             finally:
                 backend.cleanup()
+
+    growth_columns = _growth_columns(args.backends)
+    if "growth" in args.workloads:
+        from benchmarks.growth import GrowthOptions, run_growth
+
+        gopts = GrowthOptions(
+            threads=args.growth_threads,
+            steps=args.growth_steps,
+            samples=args.growth_samples,
+            long_steps=args.long_thread,
+            pg_url=args.pg_url,
+            log=log,
+        )
+        runnable = [c for c in growth_columns if not (pg_problem and c == "postgres")]
+        got, more = run_growth(runnable, gopts)
+        rows += got
+        notes += more
 
     if "concurrency" in args.workloads:
         copts = ConcurrencyOptions(
@@ -359,7 +471,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -
                         functools.partial(run_pg_concurrency, latency_ms=latency),
                     )
                 )
-        if "sqlite" in backends:
+        if {"sqlite", "sqlite_full"} & set(backends):
             runs.append(("sqlite processes", run_sqlite_processes))
         for what, fn in runs:
             log(f"concurrency: {what} ...")
@@ -398,6 +510,13 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, started: float) -
                     rows += got
                     notes += more
                     log(f"  done in {time.perf_counter() - t0:.1f} s")
+
+    rows += not_measured(
+        rows,
+        expected_verdicts(
+            [*args.backends, *growth_columns], args.variants, large_n, args.workloads
+        ),
+    )
 
     pg_version = None
     if pg_problem is None and set(backends) & POSTGRES_BACKENDS:

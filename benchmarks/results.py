@@ -8,39 +8,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from benchmarks.backends import POSTGRES_BACKENDS, SQL_BACKENDS, SQLITE_BACKENDS
-
-TargetKind = Literal["ratio<=", "ratio>=", "ours=="]
-
-
-@dataclass(frozen=True)
-class Target:
-    kind: TargetKind
-    value: float
-
-    def check(self, ours: float | None, ref: float | None) -> bool | None:
-        if self.kind == "ours==":
-            return None if ours is None else ours == self.value
-        ratio = _ratio(ours, ref)
-        if ratio is None:
-            return None
-        return ratio <= self.value if self.kind == "ratio<=" else ratio >= self.value
-
-    def __str__(self) -> str:
-        if self.kind == "ours==":
-            return f"ours = {self.value:g}"
-        sign = "≤" if self.kind == "ratio<=" else "≥"
-        return f"{sign} {self.value:g}"
-
-
-def _ratio(ours: float | None, ref: float | None) -> float | None:
-    if ours is None or ref is None:
-        return None
-    if ref == 0:
-        return None if ours != 0 else 1.0
-    return ours / ref
+from benchmarks.targets import Target, ratio_of, target_for
 
 
 @dataclass
@@ -66,15 +36,17 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
-        return _ratio(self.ours, self.ref)
+        return ratio_of(self.ours, self.ref)
 
     @property
     def status(self) -> str:
         if self.target is None:
             return ""
+        if not self.ours_samples and not self.ref_samples:
+            return "not measured"
         ok = self.target.check(self.ours, self.ref)
         if ok is None:
-            return "n/a"
+            return "not measured"
         return "PASS" if ok else "MISS"
 
     def to_json(self) -> dict[str, Any]:
@@ -109,45 +81,31 @@ METRICS: dict[str, tuple[str, str]] = {
     "runtime_get_state": ("get_state at the head", "ms"),
     "runtime_history": ("get_state_history, whole thread", "s"),
     "runtime_bytes": ("bytes on disk", "MB"),
+    # floors: ours against the raw driver (the "reference" column holds the floor)
+    "put_floor": ("put + put_writes per step vs raw-driver floor", "ms"),
+    "delta_floor": ("get_delta_channel_history vs raw-driver floor", "ms"),
+    # growth: the "ours"/"reference" columns hold each side's own growth
+    "tuple_one": ("get_tuple, 1 thread in the store", "ms"),
+    "tuple_many": ("get_tuple of a random thread, many threads", "ms"),
+    "tuple_growth": ("get_tuple growth, many threads / 1 thread", "x"),
+    "list_one": ("list of one thread, 1 thread in the store", "ms"),
+    "list_many": ("list of a random thread, many threads", "ms"),
+    "list_growth": ("list growth, many threads / 1 thread", "x"),
+    "tuple_same": ("get_tuple of the first thread again, many threads", "ms"),
+    "list_same": ("list of the first thread again, many threads", "ms"),
+    "list_per_ckpt_short": ("list per checkpoint, short thread (STEPS / 10)", "µs"),
+    "list_per_ckpt_long": ("list per checkpoint, long thread (--long-thread STEPS)", "µs"),
+    "list_step_growth": ("list per checkpoint growth, long / short thread", "x"),
 }
 
 
-def chat_target(backend: str, variant: str, n: int, metric: str, large_n: int) -> Target | None:
-    """The issue's targets for workload 1. `large_n` is where "1,000 checkpoints" targets
-    are held (1000, or the largest N of a shorter run)."""
-    delta = variant != "classic"
-    big = n >= large_n
-    if metric == "put":
-        if backend in POSTGRES_BACKENDS and variant == "classic":
-            return Target("ratio<=", 0.5)
-        return Target("ratio<=", 1.0)
-    if metric == "get_state" and delta:
-        return Target("ratio<=", 0.6)
-    if metric == "get_tuple_stmts" and backend in SQL_BACKENDS:
-        return Target("ours==", 1)
-    if metric == "bytes" and backend in SQLITE_BACKENDS:
-        return Target("ratio<=", 1.0 if delta else 0.35)
-    if metric == "list" and big:
-        return Target("ratio<=", 0.5)
-    if metric == "list_stmts" and big and backend in SQL_BACKENDS:
-        return Target("ours==", 1)
-    if metric == "delta" and variant == "delta_never" and big and backend in SQL_BACKENDS:
-        return Target("ratio<=", 0.3)
-    if metric == "delta_stmts" and delta and backend in SQL_BACKENDS:
-        return Target("ours==", 1)
-    return None
+def chat_target(column: str, variant: str, n: int, metric: str, large_n: int) -> Target | None:
+    return target_for("chat", column, variant, n, metric, large_n)
 
 
 def concurrency_target(backend: str, metric: str) -> Target | None:
-    if backend.startswith("async_postgres"):
-        if metric == "throughput":
-            return Target("ratio>=", 3.0)
-        if metric == "errors":
-            return Target("ours==", 0)
-    return None
+    return target_for("concurrency", backend, "delta100", None, metric, 0)
 
 
 def runtime_target(variant: str, n: int, metric: str, large_n: int) -> Target | None:
-    if metric == "runtime_history" and variant != "classic" and n >= large_n:
-        return Target("ratio<=", 0.1)
-    return None
+    return target_for("runtime", "sqlite", variant, n, metric, large_n)

@@ -213,15 +213,26 @@ class CorruptHistoryError(CorruptValueError):
 
 
 class ParentNotFoundError(CheckpointNotFoundError, ConfigError):
-    """`put` was given a parent (the config's `checkpoint_id`) that is not stored in that
-    thread and namespace. Nothing was written: a checkpoint never links to a parent it
-    cannot reach, so parent pointers can never form a loop."""
+    """A parent (a config's `checkpoint_id`) that is not stored in that thread and
+    namespace. `put` no longer raises it (since schema revision 0007 it accepts a parent
+    it does not have, as LangGraph's savers do, and prevents loops with
+    `ParentLoopError`); kept so that code catching it still imports."""
+
+
+class ParentLoopError(ConfigError):
+    """`put` of a new checkpoint that a stored checkpoint already names as its parent.
+    Nothing was written: in any loop of parent pointers, the member stored last has a
+    child stored before it, so refusing exactly these puts (and a checkpoint that is its
+    own parent) leaves no loop possible while a parent need not be stored first."""
 
 
 class ParentMismatchError(ConfigError):
     """`put` of a checkpoint id that is already stored, with another parent than the one
     stored. Nothing was written: re-saving a checkpoint updates it in place but never
-    moves it in the tree (that would change the history its children replay)."""
+    moves it in the tree (that would change the history its children replay).
+    `stored_parent_id` is the parent it is stored with."""
+
+    stored_parent_id: str | None = None
 
 
 class ThreadExistsError(CheckpointerError):

@@ -43,7 +43,7 @@ from langgraph.types import Interrupt, Send
 from langgraph.types import Overwrite as LangGraphOverwrite
 
 from checkpointer.channels.markers import DeltaSnapshot, Overwrite
-from checkpointer.errors import ConfigError, DeserializationError
+from checkpointer.errors import ConfigError, DeserializationError, ParentMismatchError
 from checkpointer.langgraph_lifecycle import (
     Opening,
     aclose_saver,
@@ -54,7 +54,7 @@ from checkpointer.langgraph_lifecycle import (
 from checkpointer.savers.base import BaseCheckpointSaver
 from checkpointer.serde.classes import find_loaded, registered_named
 from checkpointer.serde.msgpack_serde import MsgpackSerializer, register_codec
-from checkpointer.types import CheckpointTuple, DeltaChannelHistory, PendingWrite
+from checkpointer.types import TASKS, CheckpointTuple, DeltaChannelHistory, PendingWrite
 
 # Modules whose dataclasses, pydantic models and named tuples LangGraph puts in state.
 LANGGRAPH_MODULES = (
@@ -202,6 +202,42 @@ def _langgraph_tuple(tup: CheckpointTuple | None) -> LangGraphTuple | None:
     )
 
 
+SENDS_IN_CHANNEL_FORMAT = 4
+"""The checkpoint format (`v`) from which pending sends are the `TASKS` channel. Before
+it, LangGraph's PostgreSQL saver kept them as the parent's `TASKS` writes, and moves them
+into the channel when it reads such a checkpoint (`_migrate_pending_sends`); the adapter
+does the same on every saver, so such checkpoints read alike wherever they are stored."""
+
+
+def _sends_parent(tup: CheckpointTuple | None) -> Any:
+    """The parent whose `TASKS` writes are the pending sends of `tup`: only for a
+    checkpoint older than `SENDS_IN_CHANNEL_FORMAT` (None for every current one)."""
+    if tup is None or tup.parent_config is None:
+        return None
+    version = tup.checkpoint.get("v")
+    if type(version) is not int or version >= SENDS_IN_CHANNEL_FORMAT:
+        return None
+    return tup.parent_config
+
+
+def _with_sends(
+    tup: LangGraphTuple, parent: CheckpointTuple | None, next_version: Any
+) -> LangGraphTuple:
+    """`tup` (a fresh conversion, changed in place) with its parent's `TASKS` writes as
+    the `TASKS` channel, in stored order (task path, task id, index), at the newest version
+    of the checkpoint (the first version when it has none), as LangGraph migrates them."""
+    writes = (parent.pending_writes or []) if parent is not None else []
+    sends = [_langgraph_value(value) for _, channel, value in writes if channel == TASKS]
+    if not sends:
+        return tup
+    checkpoint: dict[str, Any] = tup.checkpoint  # type: ignore[assignment]
+    versions = dict(checkpoint["channel_versions"])
+    checkpoint["channel_values"][TASKS] = sends
+    versions[TASKS] = max(versions.values()) if versions else next_version(None)
+    checkpoint["channel_versions"] = versions
+    return tup
+
+
 def _stored_checkpoint(checkpoint: LangGraphCheckpoint) -> Any:
     stored = dict(checkpoint)
     values = checkpoint["channel_values"]
@@ -257,15 +293,31 @@ _RUN_KEYS_NOT_IN_METADATA = frozenset(
 )
 
 
+def _under_parent(config: Any, refused: ParentMismatchError) -> Any:
+    """`config` naming the parent a checkpoint is stored with, for a re-put that named
+    another one. LangGraph's savers take such a re-put (its tests re-put a checkpoint under
+    its own child); ours refuse to move a stored checkpoint, which could close a loop of
+    parent pointers. The adapter meets both as LangGraph's PostgresSaver does: the re-put
+    replaces the checkpoint and its metadata, the parent stays. No loop is ever stored,
+    so every walk still ends at a root."""
+    configurable = dict(config.get("configurable") or {})
+    if refused.stored_parent_id is None:
+        configurable.pop("checkpoint_id", None)
+    else:
+        configurable["checkpoint_id"] = refused.stored_parent_id
+    return {**config, "configurable": configurable}
+
+
 def run_metadata(config: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
     """`metadata` plus the run's own keys, as LangGraph's savers store it, so that
     `list(None, filter={"user_id": ...})` finds a user's checkpoints: each scalar (str,
     int, float, bool) of `config["metadata"]`, then of `config["configurable"]`, that the
     metadata does not already have, except keys starting with "__" (LangGraph's internals)
-    and those naming the checkpoint or the task. Unlike LangGraph, NUL characters are kept:
-    the savers store them losslessly; a NaN or infinite number is left out (it is not
-    JSON, and the run's config should not make its checkpoints unstorable)."""
-    merged = dict(metadata)
+    and those naming the checkpoint or the task. As LangGraph's savers, NUL characters are
+    removed from top-level strings (a filter on the value LangGraph stored must find it;
+    nested values and our own API keep them); a NaN or infinite number is left out (it is
+    not JSON, and the run's config should not make its checkpoints unstorable)."""
+    merged = {key: _without_nul(value) for key, value in metadata.items()}
     for source in (config.get("metadata"), config.get("configurable")):
         if not source:
             continue
@@ -275,8 +327,14 @@ def run_metadata(config: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
             if isinstance(value, (str, int, bool)) or (
                 isinstance(value, float) and math.isfinite(value)  # NaN is not JSON
             ):
-                merged[key] = value
+                merged[key] = _without_nul(value)
     return merged
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "")
+    return value
 
 
 def _before_config(before: Any) -> Any:
@@ -423,7 +481,23 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
 
     # ----------------------------------------------------------------- sync API
     def get_tuple(self, config: Any) -> LangGraphTuple | None:
-        return _langgraph_tuple(self.saver.get_tuple(config))
+        return self._read_sends(self.saver.get_tuple(config))
+
+    def _read_sends(self, tup: CheckpointTuple | None) -> LangGraphTuple | None:
+        """`tup` for LangGraph, with pending sends of an old format moved into their
+        channel (`_with_sends`): one more read, only for such a checkpoint."""
+        converted = _langgraph_tuple(tup)
+        parent = _sends_parent(tup)
+        if parent is None or converted is None:
+            return converted
+        return _with_sends(converted, self.saver.get_tuple(parent), self.get_next_version)
+
+    async def _aread_sends(self, tup: CheckpointTuple | None) -> LangGraphTuple | None:
+        converted = _langgraph_tuple(tup)
+        parent = _sends_parent(tup)
+        if parent is None or converted is None:
+            return converted
+        return _with_sends(converted, await self.saver.aget_tuple(parent), self.get_next_version)
 
     def list(
         self,
@@ -435,7 +509,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
     ) -> Iterator[LangGraphTuple]:
         before = _before_config(before)
         for tup in self.saver.list(config, filter=filter, before=before, limit=limit):
-            converted = _langgraph_tuple(tup)
+            converted = self._read_sends(tup)
             assert converted is not None
             yield converted
 
@@ -446,9 +520,11 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         metadata: LangGraphMetadata,
         new_versions: ChannelVersions,
     ) -> Any:
-        return self.saver.put(
-            config, _stored_checkpoint(checkpoint), run_metadata(config, metadata), new_versions
-        )
+        stored, meta = _stored_checkpoint(checkpoint), run_metadata(config, metadata)
+        try:
+            return self.saver.put(config, stored, meta, new_versions)
+        except ParentMismatchError as err:  # a re-put keeps its parent, see `_under_parent`
+            return self.saver.put(_under_parent(config, err), stored, meta, new_versions)
 
     def put_writes(
         self,
@@ -486,7 +562,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
 
     # ---------------------------------------------------------------- async API
     async def aget_tuple(self, config: Any) -> LangGraphTuple | None:
-        return _langgraph_tuple(await self.saver.aget_tuple(config))
+        return await self._aread_sends(await self.saver.aget_tuple(config))
 
     async def alist(
         self,
@@ -498,7 +574,7 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
     ) -> AsyncIterator[LangGraphTuple]:
         before = _before_config(before)
         async for tup in self.saver.alist(config, filter=filter, before=before, limit=limit):
-            converted = _langgraph_tuple(tup)
+            converted = await self._aread_sends(tup)
             assert converted is not None
             yield converted
 
@@ -509,12 +585,11 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         metadata: LangGraphMetadata,
         new_versions: ChannelVersions,
     ) -> Any:
-        return await self.saver.aput(
-            config,
-            _stored_checkpoint(checkpoint),
-            run_metadata(config, metadata),
-            new_versions,
-        )
+        stored, meta = _stored_checkpoint(checkpoint), run_metadata(config, metadata)
+        try:
+            return await self.saver.aput(config, stored, meta, new_versions)
+        except ParentMismatchError as err:  # a re-put keeps its parent, see `_under_parent`
+            return await self.saver.aput(_under_parent(config, err), stored, meta, new_versions)
 
     async def aput_writes(
         self,

@@ -1,5 +1,5 @@
-"""Take a database written by this code back to revision 0006's tables (what 0008 added,
-dropped again): the rows are then what code at 0006 wrote, to test the upgrade on."""
+"""Take a database written by this code back to revision 0007's tables (what 0008 added,
+dropped again): the rows are then what code at 0007 wrote, to test the upgrade on."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ UNDO_0008 = [
 ]
 
 
-def back_to_0006(execute: Callable[[str], Any], schema: str | None = None) -> None:
+def back_to_0007(execute: Callable[[str], Any], schema: str | None = None) -> None:
     """Run through `execute` (one SQL text at a time); `schema`: PostgreSQL's."""
     prefix = "" if schema is None else f'"{schema}".'
     for sql in UNDO_0008:
         if "TRIGGER" in sql and schema is not None:
             continue
         execute(sql.replace("{s}", prefix))
-    execute(f"UPDATE {prefix}{VERSION_TABLE} SET version_num = '0006'")
+    execute(f"UPDATE {prefix}{VERSION_TABLE} SET version_num = '0007'")

@@ -25,7 +25,7 @@ from checkpointer.savers.sql import saver as saver_module
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import PG_URL, drop_schema, require_postgres
-from tests.old_schema import back_to_0006
+from tests.old_schema import back_to_0007
 
 CHANNELS = ("m", "n")
 
@@ -196,8 +196,8 @@ def _no_seed() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_upgrade_from_0006_numbers_old_threads(kind: str, tmp_path: Path) -> None:
-    """Threads written at 0006 (no numbers) read as before the upgrade, by runs after it
+def test_upgrade_from_0007_numbers_old_threads(kind: str, tmp_path: Path) -> None:
+    """Threads written at 0007 (no numbers) read as before the upgrade, by runs after it
     (the migration numbers them), and go on by runs with new checkpoints."""
     from checkpointer.savers.postgres import PostgresSaver
 
@@ -241,7 +241,7 @@ def test_upgrade_from_0006_numbers_old_threads(kind: str, tmp_path: Path) -> Non
         with open_saver() as saver:
             configs = drive(saver, steps, "t", ids)
             before = [t.checkpoint for t in saver.list(make_config("t"))]
-        back_to_0006(execute, schema)
+        back_to_0007(execute, schema)
         migrate(url, schema=schema)
         with open_saver() as saver, pytest.MonkeyPatch.context() as patch:
             walks = [0]

@@ -213,9 +213,13 @@ def test_run_metadata_follows_langgraph_rules() -> None:
     }
     metadata = {"source": "loop", "step": 1, "parents": {}}
     assert run_metadata(config, metadata) == get_checkpoint_metadata(config, metadata)  # type: ignore[arg-type]
-    # Lossless where LangGraph strips NUL, and no NaN (not JSON).
+    # NUL stripped from top-level strings as LangGraph does (nested values keep it), and
+    # no NaN (not JSON).
     nul = {"configurable": {"note": "a\x00b", "bad": float("nan")}}
-    assert run_metadata(nul, {}) == {"note": "a\x00b"}
+    given = {"my_key": "\x00abc", "nested": {"k": "a\x00"}}
+    assert run_metadata(nul, given) == {"my_key": "abc", "nested": {"k": "a\x00"}, "note": "ab"}
+    theirs = get_checkpoint_metadata(nul, given)  # type: ignore[arg-type]
+    assert run_metadata(nul, given) == {k: v for k, v in theirs.items() if k != "bad"}
 
 
 # ------------------------------------------------------------------------ seed None

@@ -305,7 +305,7 @@ async def test_upgrade_from_0005_reads_unsealed_then_reencrypt_seals(
     from checkpointer.errors import SchemaVersionError
     from checkpointer.savers.migrate import migrate
     from checkpointer.savers.sql.schema import SCHEMA_REVISION, VERSION_TABLE
-    from tests.old_schema import back_to_0006
+    from tests.old_schema import back_to_0007
 
     db = Db(kind, tmp_path)
     try:
@@ -314,10 +314,11 @@ async def test_upgrade_from_0005_reads_unsealed_then_reencrypt_seals(
         await db.close_saver()
         for i in ids:  # as 0005 code wrote them
             db.edit("t", i, lambda r: r.pop(SEAL_KEY))
-        back_to_0006(lambda sql: db._rows(sql, ()), db.schema)
+        back_to_0007(lambda sql: db._rows(sql, ()), db.schema)
         db._rows("UPDATE {s}" + VERSION_TABLE + " SET version_num = '0005'", ())
+        db._rows("DROP INDEX {s}checkpointer_checkpoints_parent_idx", ())  # from 0007
         stale = await db.open(enc(), setup=False)
-        with pytest.raises(SchemaVersionError):  # this code reads 0006 databases only
+        with pytest.raises(SchemaVersionError):  # this code reads 0007 databases only
             await stale.get_tuple(make_config("t", ""))
         await db.close_saver()
         url = f"sqlite:///{db.path}" if db.schema is None else PG_URL

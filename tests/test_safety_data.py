@@ -21,8 +21,8 @@ from checkpointer.errors import (
     CheckpointerError,
     ConfigError,
     CorruptHistoryError,
+    ParentLoopError,
     ParentMismatchError,
-    ParentNotFoundError,
     ThreadExistsError,
     ValueTooLarge,
 )
@@ -171,33 +171,58 @@ def test_a_loop_on_postgres_stops_on_the_server() -> None:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-async def test_put_refuses_a_parent_it_cannot_find(harness: Harness) -> None:
+async def test_a_parent_need_not_be_stored_but_no_put_closes_a_loop(harness: Harness) -> None:
+    """LangGraph's savers take a child of a parent they never saw; so do ours. What keeps
+    parent pointers loop-free is that a new checkpoint already named as a parent by a
+    stored one is refused (`sql/parents.py`)."""
     ids = await _chain(harness, "p", 2)
-    cp = _checkpoint(5, {"v": "x"})
+    dangling = []
     for config in (
         make_config("p", "", "no-such-checkpoint"),
         make_config("other-thread", "", ids[0]),  # stored, but in another thread
         make_config("p", "sub", ids[0]),  # and in another namespace
     ):
-        with pytest.raises(ParentNotFoundError) as caught:
-            await harness.put(config, cp, {}, {"v": cp["channel_versions"]["v"]})
-        assert config["configurable"]["checkpoint_id"] in str(caught.value)
-        assert isinstance(caught.value, ConfigError)
-    # Nothing of the refused puts was written.
-    assert await harness.get_tuple(make_config("p", "", cp["id"])) is None
-    assert await harness.get_tuple(make_config("other-thread")) is None
-    assert len(await harness.list(None)) == 2
-    # Two puts that would point at each other: the first is already refused.
+        cp = _checkpoint(5, {"v": "x"})
+        stored = await harness.put(config, cp, {}, {"v": cp["channel_versions"]["v"]})
+        tup = await harness.get_tuple(stored)
+        assert tup is not None and tup.checkpoint["channel_values"] == {"v": "x"}
+        assert tup.parent_config is not None
+        parent_id = config["configurable"]["checkpoint_id"]
+        assert tup.parent_config["configurable"]["checkpoint_id"] == parent_id
+        # The walk ends where the parent is missing: nothing of the other histories.
+        assert (await harness.delta(stored, ["d"]))["d"] == {"writes": []}
+        dangling.append((config, cp["id"]))
+    # A checkpoint some stored one names as its parent can no longer be stored, under any
+    # parent: nothing is written.
+    for config, child_id in dangling:
+        thread, ns = config["configurable"]["thread_id"], config["configurable"]["checkpoint_ns"]
+        late = _checkpoint(6, {"v": "late"})
+        late["id"] = config["configurable"]["checkpoint_id"]
+        if thread == "p" and ns == "":
+            with pytest.raises(ParentLoopError) as caught:
+                await harness.put(make_config(thread, ns, child_id), late, {}, {"v": "7"})
+            assert late["id"] in str(caught.value) and isinstance(caught.value, ConfigError)
+            with pytest.raises(ParentLoopError):
+                await harness.put(make_config(thread, ns), late, {}, {"v": "7"})
+            assert await harness.get_tuple(make_config(thread, ns, late["id"])) is None
+    # Two puts that would point at each other: the second one is refused.
     a, b = _checkpoint(0), _checkpoint(1)
-    with pytest.raises(ParentNotFoundError):
-        await harness.put(make_config("ab", "", b["id"]), a, {}, {})
-    await harness.put(make_config("ab"), a, {}, {})
-    await harness.put(make_config("ab", "", a["id"]), b, {}, {})
+    await harness.put(make_config("ab", "", b["id"]), a, {}, {})
+    with pytest.raises(ParentLoopError):
+        await harness.put(make_config("ab", "", a["id"]), b, {}, {})
+    assert await harness.get_tuple(make_config("ab", "", b["id"])) is None
+    # Re-saving a checkpoint that has children is no new checkpoint: allowed.
+    await harness.put(make_config("p", "", ids[0]), _with_id(_checkpoint(1), ids[1]), {}, {})
     if harness.kind != "memory":
         summaries = await _call(
             harness, "list_threads", thread_ids=["p", "ab"], sort="id", descending=False
         )
-        assert [(s.thread_id, s.checkpoint_count) for s in summaries] == [("ab", 2), ("p", 2)]
+        assert [(s.thread_id, s.checkpoint_count) for s in summaries] == [("ab", 1), ("p", 4)]
+
+
+def _with_id(cp: Checkpoint, checkpoint_id: str) -> Checkpoint:
+    cp["id"] = checkpoint_id
+    return cp
 
 
 # ------------------------------------------------------------------ 15. re-put
@@ -406,7 +431,7 @@ def test_list_pages_are_bounded_by_bytes(
 
 
 def test_errors_are_the_library_s_own() -> None:
-    for cls in (CorruptHistoryError, ParentNotFoundError, ParentMismatchError, ThreadExistsError):
+    for cls in (CorruptHistoryError, ParentLoopError, ParentMismatchError, ThreadExistsError):
         assert issubclass(cls, CheckpointerError)
 
 

@@ -36,7 +36,7 @@ from checkpointer.savers.sql.schema import (
 from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
 from checkpointer.serde import MsgpackSerializer, default_serializer
 from checkpointer.types import empty_checkpoint, make_config
-from tests.old_schema import back_to_0006
+from tests.old_schema import back_to_0007
 
 
 def test_scripts_are_found_and_head_matches_code() -> None:
@@ -404,9 +404,10 @@ def test_sqlite_upgrade_to_0003_reads_0002_rows_and_goes_on_inline(tmp_path: Pat
         chain.step(values={"n": 1, "flag": True, "seed": ["a"]}, writes=[("seed", "b")])
         chain.step(values={"n": 2}, writes=[("seed", "c")])
     with sqlite3.connect(path) as conn:
-        back_to_0006(conn.execute)
+        back_to_0007(conn.execute)
         conn.execute(f"UPDATE {VERSION_TABLE} SET version_num = '0002'")
         conn.execute("ALTER TABLE checkpointer_writes DROP COLUMN task_name")  # from 0005
+        conn.execute("DROP INDEX checkpointer_checkpoints_parent_idx")  # from 0007
         assert conn.execute("SELECT count(*) FROM checkpointer_blobs").fetchone()[0] == 4
     with (
         pytest.raises(SchemaVersionError),  # this code reads 0003 databases only
@@ -564,3 +565,70 @@ def test_pg_upgrade_to_0005_keeps_writes_and_takes_any_task_id(pg_url: str, pg_s
         ).fetchall()
     assert rows[0] == (str(uuid.UUID(int=1)), None)  # UUID ids: stored as before
     assert rows[1][1] == "task-1" and uuid.UUID(rows[1][0])
+
+
+# ------------------------------------------------------------------ 0006 -> 0007
+def _upgrade_from_0006_and_check_the_parent_rule(saver: Any) -> None:
+    """A thread written at 0006 reads back unchanged after the upgrade; then the parent
+    rule of 0007 holds on it: a child of an unsaved parent is taken, that parent (named by
+    a stored checkpoint) is refused, and a child of an old row is an ordinary put."""
+    from checkpointer.errors import ParentLoopError
+
+    _assert_old_rows_read_back(saver.get_tuple(make_config("old-thread")))
+    child = empty_checkpoint()
+    child["id"] = "cp-2"
+    saver.put(make_config("old-thread", "", "cp-1"), child, {}, {})
+    orphan = empty_checkpoint()
+    orphan["id"] = "cp-9"
+    saver.put(make_config("old-thread", "", "cp-never-saved"), orphan, {}, {})
+    late = empty_checkpoint()
+    late["id"] = "cp-never-saved"
+    with pytest.raises(ParentLoopError, match="cp-never-saved"):
+        saver.put(make_config("old-thread"), late, {}, {})
+    ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(make_config("old-thread"))]
+    assert ids == ["cp-9", "cp-2", "cp-1"]
+    tup = saver.get_tuple(make_config("old-thread", "", "cp-2"))
+    assert tup.parent_config["configurable"]["checkpoint_id"] == "cp-1"
+
+
+def test_sqlite_upgrade_to_0007_indexes_parents(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0006")):
+            conn.execute(statement)
+        _write_rows_at_first_revision(conn.execute, "?")
+    with (
+        SqliteSaver.from_conn_string(path, setup=False) as saver,
+        pytest.raises(SchemaVersionError, match="older"),
+    ):
+        saver.get_tuple(make_config("old-thread"))
+    migrate(f"sqlite:///{path}")
+    assert _version(path) == [(SCHEMA_REVISION,)]
+    with sqlite3.connect(path) as conn:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT 1 FROM checkpointer_checkpoints WHERE thread_id = 't' "
+            "AND checkpoint_ns = '' AND parent_checkpoint_id = 'p'"
+        ).fetchall()
+    assert any("checkpointer_checkpoints_parent_idx" in str(row) for row in plan), plan
+    with SqliteSaver.from_conn_string(path, setup=False) as saver:
+        _upgrade_from_0006_and_check_the_parent_rule(saver)
+
+
+def test_pg_upgrade_to_0007_indexes_parents(pg_url: str, pg_schema: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+        for statement in split_statements(
+            render_upgrade_sql("postgresql", pg_schema, None, "0006")
+        ):
+            conn.execute(statement)
+        _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False) as saver:
+        _upgrade_from_0006_and_check_the_parent_rule(saver)  # set up (upgraded) on open
+    assert _pg_version(pg_url, pg_schema) == [(SCHEMA_REVISION,)]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        indexes = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
+            (pg_schema, "checkpointer_checkpoints_parent_idx"),
+        ).fetchall()
+    assert len(indexes) == 1
+    assert "(thread_id, checkpoint_ns, parent_checkpoint_id)" in indexes[0][0]

@@ -24,8 +24,8 @@ from checkpointer.errors import (
     ConfigError,
     CorruptHistoryError,
     CorruptValueError,
+    ParentLoopError,
     ParentMismatchError,
-    ParentNotFoundError,
     SerializationError,
 )
 from checkpointer.ids import next_channel_version
@@ -255,25 +255,26 @@ def parent_id_for_put(config: RunnableConfig, checkpoint: Checkpoint) -> str | N
     return parent_id
 
 
-def put_parent_missing(
-    thread_id: str, ns: str, checkpoint_id: str, parent_id: str
-) -> ParentNotFoundError:
-    return ParentNotFoundError(
-        f"put(): checkpoint {checkpoint_id!r} names parent {parent_id!r}, which is not "
-        f"stored in thread {thread_id!r}, namespace {ns!r}; save the parent first (or "
-        "pass a config without checkpoint_id for a root). Nothing was written"
+def put_parent_loop(thread_id: str, ns: str, checkpoint_id: str) -> ParentLoopError:
+    return ParentLoopError(
+        f"put(): checkpoint {checkpoint_id!r} is new, but a checkpoint stored in thread "
+        f"{thread_id!r}, namespace {ns!r} already names it as its parent; storing it now "
+        "could close a loop of parent pointers. Save parents before their children, or "
+        "save it under a new checkpoint id. Nothing was written"
     )
 
 
 def put_parent_mismatch(
     thread_id: str, ns: str, checkpoint_id: str, stored: str | None, given: str | None
 ) -> ParentMismatchError:
-    return ParentMismatchError(
+    err = ParentMismatchError(
         f"put(): checkpoint {checkpoint_id!r} of thread {thread_id!r}, namespace {ns!r} is "
         f"stored with parent {stored!r}; saving it again with parent {given!r} would move "
         "it in the history. Re-save it with its own parent, or save a new checkpoint id. "
         "Nothing was written"
     )
+    err.stored_parent_id = stored
+    return err
 
 
 def history_loop(thread_id: str, ns: str, checkpoint_id: str) -> CorruptHistoryError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
@@ -43,8 +44,8 @@ from checkpointer.savers.base import (
     metadata_counters_as_pairs,
     metadata_matches,
     parent_id_for_put,
+    put_parent_loop,
     put_parent_mismatch,
-    put_parent_missing,
     resolve_now,
     validate_limit,
     validate_metadata_filter,
@@ -147,29 +148,68 @@ class Namespace(dict[str, _StoredCheckpoint]):
     an added id newer than it replaces it, and `head()` recomputes it if it was deleted.
     """
 
-    __slots__ = ("_head",)
+    __slots__ = ("_children", "_head")
 
     def __init__(self) -> None:
         super().__init__()
         self._head: str | None = None
+        # How many checkpoints name each parent id (None: not counted yet). Kept by
+        # `__setitem__`, dropped by every other change and counted again when asked.
+        self._children: Counter[str] | None = None
 
     def __setitem__(self, checkpoint_id: str, stored: _StoredCheckpoint) -> None:
+        children = self._children
+        if children is not None:
+            old = self.get(checkpoint_id)
+            if old is not None and old.parent_id is not None:
+                children[old.parent_id] -= 1
+            if stored.parent_id is not None:
+                children[stored.parent_id] += 1
         super().__setitem__(checkpoint_id, stored)
         head = self._head
         if head is not None and checkpoint_id > head:
             self._head = checkpoint_id
 
+    def __delitem__(self, checkpoint_id: str) -> None:
+        self._children = None
+        super().__delitem__(checkpoint_id)
+
+    def pop(self, *args: Any) -> Any:
+        self._children = None
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[str, _StoredCheckpoint]:
+        self._children = None
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._children = None
+        super().clear()
+
     def update(self, *args: Any, **kwargs: Any) -> None:
         super().update(*args, **kwargs)
         self._head = None
+        self._children = None
 
     def setdefault(self, checkpoint_id: str, stored: _StoredCheckpoint) -> _StoredCheckpoint:
         self._head = None
+        self._children = None
         return super().setdefault(checkpoint_id, stored)
 
     def __ior__(self, other: Any) -> Namespace:  # type: ignore[override,misc]
         self._head = None
+        self._children = None
         return super().__ior__(other)
+
+    def is_named_as_parent(self, checkpoint_id: str) -> bool:
+        """Whether a checkpoint stored here names `checkpoint_id` as its parent (the loop
+        rule of `put`, see `sql/parents.py`)."""
+        children = self._children
+        if children is None:
+            children = self._children = Counter(
+                s.parent_id for s in self.values() if s.parent_id is not None
+            )
+        return children[checkpoint_id] > 0
 
     def head(self) -> str:
         """The newest checkpoint id (ValueError when there is none, as `max`)."""
@@ -499,6 +539,9 @@ class InMemorySaver(BaseCheckpointSaver):
                 if channel in values
             }
             dumped = dump(record)
+        restore = self._unstored_values(thread_id, ns, parent_id, checkpoint, new_versions)
+        if restore:
+            blobs = {**self._dump_blobs(thread_id, ns, restore), **blobs}
         stored = _StoredCheckpoint(  # positional: the fields in order, pinned left False
             dumped,
             # refuses what every saver refuses
@@ -515,18 +558,27 @@ class InMemorySaver(BaseCheckpointSaver):
             namespaces = self._threads.get(thread_id)
             namespace = namespaces.get(ns) if namespaces is not None else None
             previous = namespace.get(checkpoint_id) if namespace is not None else None
-            # Checked before anything changes: a parent that is not stored here could
-            # close a loop of parent pointers later, and a re-put never moves a checkpoint.
+            # Checked before anything changes (the rule of `sql/parents.py`): a re-put never
+            # moves a checkpoint, and a new one that a stored one names as its parent
+            # could close a loop of parent pointers. A parent need not be stored.
             if previous is not None and previous.parent_id != parent_id:
                 raise put_parent_mismatch(
                     thread_id, ns, checkpoint_id, previous.parent_id, parent_id
                 )
-            if parent_id is not None and (namespace is None or parent_id not in namespace):
-                raise put_parent_missing(thread_id, ns, checkpoint_id, parent_id)
+            if (
+                previous is None
+                and namespace is not None
+                and namespace.is_named_as_parent(checkpoint_id)
+            ):
+                raise put_parent_loop(thread_id, ns, checkpoint_id)
             if namespace is None:
                 namespace = self._threads.setdefault(thread_id, {})[ns] = Namespace()
             self._touch(thread_id)
-            self._blobs.update(blobs)
+            for key, blob in blobs.items():
+                if key[2] in new_versions:
+                    self._blobs[key] = blob
+                else:  # a value kept for an unchanged channel: written only if absent
+                    self._blobs.setdefault(key, blob)
             early = self._orphan_writes.pop((thread_id, ns, checkpoint_id), None)
             if previous is not None:
                 # Re-saving a checkpoint updates it in place; it keeps its place in the tree,
@@ -537,6 +589,47 @@ class InMemorySaver(BaseCheckpointSaver):
                 stored.writes = early
             namespace[checkpoint_id] = stored
         return make_config(thread_id, ns, checkpoint_id)
+
+    def _unstored_values(
+        self,
+        thread_id: str,
+        ns: str,
+        parent_id: str | None,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+    ) -> dict[str, tuple[str, Any]]:
+        """(version, value) of the unchanged channels with a value here, at a version the
+        parent does not hold, and no value stored at it: stored by this put, as the SQL
+        savers do (`sql/unstored.py`)."""
+        values, versions = checkpoint["channel_values"], checkpoint["channel_versions"]
+        namespace = self._threads.get(thread_id, {}).get(ns)
+        parent = None
+        if parent_id is not None and namespace is not None:
+            parent = namespace.get(parent_id)
+        parent_versions = parent.channel_versions if parent is not None else {}
+        return {
+            ch: (str(versions[ch]), value)
+            for ch, value in values.items()
+            if ch not in new_versions
+            and ch in versions
+            and parent_versions.get(ch) != versions[ch]
+            and (thread_id, ns, ch, str(versions[ch])) not in self._blobs
+        }
+
+    def _dump_blobs(
+        self, thread_id: str, ns: str, values: Mapping[str, tuple[str, Any]]
+    ) -> dict[BlobKey, Typed]:
+        serde = self.serde
+        if is_located(serde):
+            return {
+                (thread_id, ns, ch, v): dumps_at(
+                    serde, value, ValueLocation.blob(thread_id, ns, ch, v)
+                )
+                for ch, (v, value) in values.items()
+            }
+        return {
+            (thread_id, ns, ch, v): serde.dumps_typed(value) for ch, (v, value) in values.items()
+        }
 
     def put_writes(
         self,

@@ -1,7 +1,7 @@
 """Checkpoints and writes carry a sequence number, so a delta history is a range scan.
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-02
 
 `checkpointer_checkpoints.seq`: the checkpoint's insertion order in its (thread, namespace);
@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from alembic import context, op
 
 revision = "0008"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

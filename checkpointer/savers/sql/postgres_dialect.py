@@ -15,8 +15,8 @@ from checkpointer.savers.base import dumps_json
 from checkpointer.savers.metadata import escape_json_text, filter_path
 from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.migration import plan_upgrade
+from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_plan
 from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
-from checkpointer.savers.sql.puts import refused_put_plan
 from checkpointer.savers.sql.schema import (
     BLOBS,
     CHECKPOINTS,
@@ -342,13 +342,11 @@ class PostgresDialect(Dialect):
         # Blobs, checkpoint and thread summary in one statement: one round trip, atomic in
         # autocommit. Every CTE sees the rows as they were before the statement, so `prior`
         # is the checkpoint this put replaces, if any.
-        # `ok`: the parent is stored in this thread and namespace, and a re-put keeps the
-        # stored parent. Nothing is written otherwise (every part below tests it), and the
-        # statement returns false: the check costs no round trip of its own.
-        parent_ok = (
-            "(CAST(%(parent_id)s AS text) IS NULL OR EXISTS (SELECT 1 FROM "
-            f"{self.checkpoints} p WHERE p.thread_id = %(thread_id)s AND p.checkpoint_ns = "
-            "%(checkpoint_ns)s AND p.checkpoint_id = %(parent_id)s))"
+        # `ok`: no stored checkpoint names a new one as its parent, and a re-put keeps the
+        # stored parent (`parents.py`). Nothing is written otherwise (every part below
+        # tests it), and the statement returns false: the check costs no round trip.
+        parent_ok = new_checkpoint_allowed(
+            self.checkpoints, "%(thread_id)s", "%(checkpoint_ns)s", "%(checkpoint_id)s"
         )
         ctes = [
             f"prior AS (SELECT {size} AS n, parent_checkpoint_id AS parent "

@@ -15,8 +15,6 @@ from checkpointer.errors import (
 from checkpointer.savers.base import (
     new_blob_channels,
     parent_id_for_put,
-    put_parent_mismatch,
-    put_parent_missing,
     resolve_now,
 )
 from checkpointer.savers.sql.dialect import Dialect
@@ -28,7 +26,7 @@ from checkpointer.savers.sql.inline import (
     read_inline,
     serde_inlines,
 )
-from checkpointer.savers.sql.plan import Op, Plan, Row, Stmt, repeatable
+from checkpointer.savers.sql.plan import Op, Row, Stmt, repeatable
 from checkpointer.savers.sql.record_seal import make_seal
 from checkpointer.savers.sql.records import (
     Where,
@@ -75,13 +73,16 @@ def put_op(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
     carried: Inline | None = None,
+    restore: Mapping[str, tuple[Any, Any]] | None = None,
 ) -> tuple[Op[None], RunnableConfig, Inline]:
     """Serialize only the channels in `new_versions` that have a value; the checkpoint row
     records every version, so unchanged channels keep pointing at their older values.
 
     With a serializer that allows it, changed small scalars go into the record instead of
     value rows, with `carried` (the parent's inline values of unchanged channels, see
-    `inline.py`); the record's inline values are returned with the op."""
+    `inline.py`); the record's inline values are returned with the op. `restore`:
+    (version, value) of unchanged channels whose value may not be stored yet, written as
+    value rows if absent (`unstored.py`)."""
     thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
     parent_id = parent_id_for_put(config, checkpoint)
     checkpoint_id = checkpoint["id"]
@@ -94,6 +95,8 @@ def put_op(
                 inline[channel] = value
         if inline:
             changed = {ch: pair for ch, pair in changed.items() if ch not in inline}
+    if restore:  # value rows only, written if absent (see `unstored.py`)
+        changed = {**restore, **changed}
     if is_located(serde):
         blobs = [
             (
@@ -139,26 +142,6 @@ def put_op(
         )
     )
     return op, make_config(thread_id, ns, checkpoint_id), inline
-
-
-def refused_put_plan(
-    d: Dialect, thread_id: str, ns: str, checkpoint_id: str, parent_id: str | None
-) -> Plan[None]:
-    """Raise why the put statement wrote no checkpoint row (it checks the parent itself,
-    so this runs only for a refused put, never on the hot path): the checkpoint is stored
-    with another parent, or the parent is not stored in this thread and namespace."""
-    rows = yield Stmt(
-        f"SELECT parent_checkpoint_id FROM {d.checkpoints} WHERE thread_id = "
-        f"{d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')} AND checkpoint_id = "
-        f"{d.p('checkpoint_id')}",
-        {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id},
-        fetch=True,
-    )
-    if rows and rows[0][0] != parent_id:
-        raise put_parent_mismatch(thread_id, ns, checkpoint_id, rows[0][0], parent_id)
-    if parent_id is None:  # cannot happen: a root put with no stored row always inserts
-        raise CheckpointerError(f"put(): checkpoint {checkpoint_id!r} was not written")
-    raise put_parent_missing(thread_id, ns, checkpoint_id, parent_id)
 
 
 def unchanged_channels(checkpoint: Checkpoint, new_versions: ChannelVersions) -> set[str]:

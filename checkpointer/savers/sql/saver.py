@@ -92,6 +92,7 @@ from checkpointer.savers.sql.transfer import (
     copy_thread_guarded_plan,
     copy_thread_relocating_plan,
 )
+from checkpointer.savers.sql.unstored import restored, unversioned_inline
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import database_default_serializer
 from checkpointer.serde.located import is_located
@@ -201,17 +202,22 @@ class _SqlPrograms:
         inlines = serde_inlines(self.serde)
         thread_id, ns, parent_id = config_address(config)
         check_put_ids(checkpoint, metadata)
-        carried = None
-        unchanged = unchanged_channels(checkpoint, new_versions) if inlines else set()
+        carried: dict[str, Any] | None = None
+        restore = None
+        unchanged = unchanged_channels(checkpoint, new_versions)
+        if not inlines:  # only a value held here can need storing (`unstored.py`)
+            values = checkpoint["channel_values"]
+            unchanged = {ch for ch in unchanged if ch in values}
         if unchanged:
             versions = checkpoint["channel_versions"]
             parent = None
             if parent_id is not None:
                 parent = yield from self._p_parent_inline(thread_id, ns, parent_id)
-            carried = inline_carried(parent, versions, unchanged)
+            carried = inline_carried(parent, versions, unchanged) if inlines else {}
             # Unchanged channels at a version the parent's record does not hold (a copy
-            # written beside its original, a re-put): their values are wherever that
-            # version was stored, maybe inline in another record, to be carried here too.
+            # written beside its original, a re-put, a root or orphan with values): their
+            # values are wherever that version was stored, maybe inline in another record,
+            # to be carried here too, else in a value row, written now if there is none.
             parent_versions = parent[0] if parent is not None else {}
             wanted = [
                 (ch, version_text(versions[ch]))
@@ -219,15 +225,21 @@ class _SqlPrograms:
                 if parent_versions.get(ch) != versions[ch]
             ]
             if wanted:
-                carried.update((yield from self._p_inline_sources(thread_id, ns, wanted)))
+                if inlines:
+                    carried.update((yield from self._p_inline_sources(thread_id, ns, wanted)))
+                restore = restored(checkpoint, wanted, carried)
+        if inlines:
+            unversioned = unversioned_inline(checkpoint, new_versions)
+            if unversioned:
+                carried = {**(carried or {}), **unversioned}
         op, next_config, inline = put_op(
-            self._dialect, self.serde, config, checkpoint, metadata, new_versions, carried
+            self._dialect, self.serde, config, checkpoint, metadata, new_versions, carried, restore
         )
         yield op
-        if inlines:
-            self._recent_inline.remember(
-                (thread_id, ns, checkpoint["id"]), checkpoint["channel_versions"], inline
-            )
+        # The versions steer the next put's carry (and its inline values, when kept).
+        self._recent_inline.remember(
+            (thread_id, ns, checkpoint["id"]), checkpoint["channel_versions"], inline
+        )
         return next_config
 
     def _p_parent_inline(

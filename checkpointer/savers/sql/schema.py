@@ -24,7 +24,16 @@ VERSION_TABLE = "checkpointer_schema_version"
 SCHEMA_REVISION = "0008"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
-KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006", "0008")
+KNOWN_REVISIONS: tuple[str, ...] = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+)
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
 
@@ -85,6 +94,8 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
             "thread_id", "checkpoint_ns", "checkpoint_id", name=f"{CHECKPOINTS}_pkey"
         ),
         sa.Index(f"{CHECKPOINTS}_run_id_idx", "run_id"),
+        # put refuses a new checkpoint that a stored one names as its parent (no loops).
+        sa.Index(f"{CHECKPOINTS}_parent_idx", "thread_id", "checkpoint_ns", "parent_checkpoint_id"),
         # Partial: only a query that names `seq` can use it, so no planner takes it for a
         # primary-key lookup (PostgreSQL did, on tables without statistics: a scan of the
         # thread per lookup).

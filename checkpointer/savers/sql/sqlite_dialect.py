@@ -13,8 +13,8 @@ from checkpointer.savers.base import dumps_json
 from checkpointer.savers.metadata import filter_path
 from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.migration import plan_upgrade
+from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_plan
 from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
-from checkpointer.savers.sql.puts import refused_put_plan
 from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
 from checkpointer.savers.sql.summaries import SUMMARY_CLOCK_SECONDS, refresh_summaries_stmts
 
@@ -284,16 +284,15 @@ class SqliteDialect(Dialect):
                 "ON CONFLICT DO NOTHING",
                 [(thread_id, ns, *b) for b in blobs],
             )
-            # Written only if the parent is stored in this thread and namespace, and on a
-            # re-put only if the parent is the stored one: no row back means refused.
+            # Written unless it is new and a stored checkpoint names it as its parent, and
+            # on a re-put only if the parent is the stored one (`parents.py`): no row back
+            # means refused.
             written = yield Stmt(
                 f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
                 "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
-                f"SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, s.v, {_RUN_START} FROM ({_NEXT_SEQ}) s "
-                "WHERE ?4 IS NULL OR EXISTS (SELECT 1 FROM "
-                f"{CHECKPOINTS} p WHERE p.thread_id = ?1 AND p.checkpoint_ns = ?2 "
-                "AND p.checkpoint_id = ?4) "
-                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                f"SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, s.v, {_RUN_START} FROM ({_NEXT_SEQ}) s WHERE "
+                + new_checkpoint_allowed(CHECKPOINTS, "?1", "?2", "?3")
+                + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
                 + self.checkpoint_upsert_values()
                 + " WHERE parent_checkpoint_id IS excluded.parent_checkpoint_id RETURNING 1",
                 (thread_id, ns, checkpoint_id, parent_id, run_id, record, metadata),
