@@ -19,7 +19,6 @@ from checkpointer.errors import (
 )
 from checkpointer.savers.base import (
     BaseCheckpointSaver,
-    _HistoryWalk,
     dumps_json,
     history_loop,
     metadata_matches,
@@ -53,6 +52,7 @@ from checkpointer.serde.located import (
     value_reader,
 )
 from checkpointer.types import (
+    MAX_ID_BYTES,
     WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
@@ -66,7 +66,6 @@ from checkpointer.types import (
     checkpoint_id_of,
     checkpoint_ns_of,
     config_address,
-    is_special_batch,
     make_config,
     thread_id_of,
     write_idx,
@@ -184,8 +183,13 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         if not channels:
             return {}
         thread_id, ns, target_id = config_address(config)
-        walk = _HistoryWalk(channels)
-        fast = self._fast_loader()
+        wanted = list(dict.fromkeys(channels))
+        remaining = set(wanted)
+        # Ancestors newest first, each with what the walk still needed there: its writes
+        # to channels without a seed yet (in the order they were applied) and the stored
+        # values it holds of those channels (the seeds). Nothing is decoded until the
+        # walk is over: the loop below is the whole per-ancestor cost.
+        visits: builtins.list[_Visit] = []
         with self._lock:
             namespace = self._threads.get(thread_id, {}).get(ns) or Namespace()
             blobs = self._blobs
@@ -193,38 +197,70 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             target = namespace.get(target_id) if target_id else None
             cursor = target.parent_id if target else None
             seen = {target_id} if target else set()
-            while cursor is not None and walk.remaining:
+            while cursor is not None and remaining:
                 stored = namespace.get(cursor)
                 if stored is None:
                     break
                 if cursor in seen:
                     raise history_loop(thread_id, ns, cursor)
                 seen.add(cursor)
-                remaining = walk.remaining
-                # Decode only what the walk still needs: writes to, and stored values of,
-                # the channels without a seed yet.
                 writes = [w for w in stored.writes.values() if w.channel in remaining]
                 if len(writes) > 1:
                     writes.sort(key=WRITE_ORDER)
                 found: builtins.list[tuple[str, str, Typed]] = []
+                versions = stored.channel_versions
                 for channel in remaining:
-                    version = stored.channel_versions.get(channel)
+                    version = versions.get(channel)
                     if version is not None:
                         blob = blobs.get((thread_id, ns, channel, str(version)))
                         if blob is not None:
                             found.append((channel, str(version), blob))
-                parts: builtins.list[PendingWrite] | None = None
-                if fast is not None:
-                    try:
-                        values = {channel: fast(blob) for channel, _, blob in found}
-                        parts = [(w.task_id, w.channel, fast(w.value)) for w in writes]
-                    except Exception:
-                        parts = None  # read again below, where a damaged value is named
-                if parts is None:
-                    values, parts = self._ancestor_located(thread_id, ns, cursor, found, writes)
-                walk.visit_parts(parts, values)
+                if writes or found:
+                    visits.append((cursor, found, writes))
+                    if found:
+                        remaining = remaining.difference([channel for channel, _, _ in found])
                 cursor = stored.parent_id
-        return walk.result()
+            return self._history_result(thread_id, ns, wanted, visits)
+
+    def _history_result(
+        self, thread_id: str, ns: str, wanted: builtins.list[str], visits: builtins.list[_Visit]
+    ) -> dict[str, DeltaChannelHistory]:
+        """The walk's visits decoded into one history per channel: writes oldest first,
+        and the seed where one was found (caller holds the lock)."""
+        fast = self._fast_loader()
+        decoded: builtins.list[tuple[dict[str, Any], builtins.list[PendingWrite]]] | None = None
+        if fast is not None:
+            try:
+                decoded = [
+                    (
+                        {channel: fast(blob) for channel, _, blob in found},
+                        [(w.task_id, w.channel, fast(w.value)) for w in writes],
+                    )
+                    for _, found, writes in visits
+                ]
+            except Exception:
+                decoded = None  # read again below, where a damaged value is named
+        if decoded is None:
+            decoded = [
+                self._ancestor_located(thread_id, ns, cid, found, writes)
+                for cid, found, writes in visits
+            ]
+        collected: dict[str, builtins.list[PendingWrite]] = {c: [] for c in wanted}
+        seeds: dict[str, Any] = {}
+        for values, parts in reversed(decoded):  # oldest ancestor first
+            if len(collected) == 1:
+                collected[wanted[0]].extend(parts)
+            else:
+                for part in parts:
+                    collected[part[1]].append(part)
+            seeds.update(values)
+        out: dict[str, DeltaChannelHistory] = {}
+        for channel in wanted:
+            entry: DeltaChannelHistory = {"writes": collected[channel]}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            out[channel] = entry
+        return out
 
     def _ancestor_located(
         self,
@@ -366,8 +402,16 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns, parent_id = config_address(config)
-        check_put_ids(checkpoint, metadata)
-        checkpoint_id = checkpoint["id"]
+        checkpoint_id = checkpoint.get("id") if type(checkpoint) is dict else None
+        if (
+            type(metadata) is not dict
+            or "run_id" in metadata
+            or type(checkpoint_id) is not str
+            or not _plain_id(checkpoint_id)
+            or not checkpoint_id
+        ):
+            check_put_ids(checkpoint, metadata)  # the general case, with its errors
+            checkpoint_id = checkpoint["id"]
         if parent_id is not None and parent_id == checkpoint_id:
             parent_id_for_put(config, checkpoint)  # raises: not its own parent
         values = checkpoint["channel_values"]
@@ -419,7 +463,11 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 raise put_parent_missing(thread_id, ns, checkpoint_id, parent_id)
             if namespace is None:
                 namespace = self._threads.setdefault(thread_id, {})[ns] = Namespace()
-            self._touch(thread_id)
+            meta = self._meta.get(thread_id)
+            if meta is None:
+                self._touch(thread_id)
+            else:
+                meta.updated_at = datetime.now(UTC)
             self._blobs.update(blobs)
             early = self._orphan_writes.pop((thread_id, ns, checkpoint_id), None)
             if previous is not None:
@@ -430,7 +478,13 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             elif early is not None:
                 stored.writes = early
             namespace[checkpoint_id] = stored
-        return make_config(thread_id, ns, checkpoint_id)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
 
     def put_writes(
         self,
@@ -440,11 +494,18 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         task_path: str = "",
     ) -> None:
         thread_id, ns, checkpoint_id = config_address(config)
-        check_id(task_id, "task_id")
-        check_id(task_path, "task_path")
+        if type(task_id) is not str or not _plain_id(task_id):
+            check_id(task_id, "task_id")
+        if type(task_path) is not str or not _plain_id(task_path):
+            check_id(task_path, "task_path")
         if checkpoint_id is None:
             raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
-        replace = is_special_batch([channel for channel, _ in writes])
+        # `is_special_batch`: a batch made only of special channels replaces stored rows.
+        replace = bool(writes)
+        for channel, _ in writes:
+            if channel not in WRITES_IDX_MAP:
+                replace = False
+                break
         serde = self.serde
         if is_located(serde):
             rows = [
@@ -468,7 +529,11 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 for position, (channel, value) in enumerate(writes)
             ]
         with self._lock:
-            self._touch(thread_id)
+            meta = self._meta.get(thread_id)
+            if meta is None:
+                self._touch(thread_id)
+            else:
+                meta.updated_at = datetime.now(UTC)
             namespace = self._threads.get(thread_id, {}).get(ns)
             stored = namespace.get(checkpoint_id) if namespace is not None else None
             if stored is not None:
@@ -480,6 +545,15 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 if replace or key not in target:
                     target[key] = row
 
+
+def _plain_id(value: str) -> bool:
+    """Whether an id needs none of `check_id`'s work (the common case, checked inline)."""
+    return value.isascii() and len(value) <= MAX_ID_BYTES and "\x00" not in value
+
+
+_Visit = tuple[str, builtins.list[tuple[str, str, Typed]], builtins.list[StoredWrite]]
+"""One ancestor on a delta history walk: its id, the seeds found there (channel, version,
+stored value) and its writes to the channels still walked, in the order they applied."""
 
 _ROW_ID = itemgetter(2)
 """A listed row's checkpoint id: rows of every thread sort by it, newest first."""
