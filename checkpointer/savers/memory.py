@@ -463,11 +463,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 raise put_parent_missing(thread_id, ns, checkpoint_id, parent_id)
             if namespace is None:
                 namespace = self._threads.setdefault(thread_id, {})[ns] = Namespace()
-            meta = self._meta.get(thread_id)
-            if meta is None:
-                self._touch(thread_id)
-            else:
-                meta.updated_at = datetime.now(UTC)
+            self._touch(thread_id)
             self._blobs.update(blobs)
             early = self._orphan_writes.pop((thread_id, ns, checkpoint_id), None)
             if previous is not None:
@@ -478,13 +474,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             elif early is not None:
                 stored.writes = early
             namespace[checkpoint_id] = stored
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-            }
-        }
+        return make_config(thread_id, ns, checkpoint_id)
 
     def put_writes(
         self,
