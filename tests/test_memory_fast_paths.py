@@ -212,3 +212,25 @@ def test_put_result_and_stored_metadata_do_not_follow_the_callers_objects() -> N
     tup.metadata["tags"].append("mutated by a reader")
     again = saver.get_tuple(config)
     assert again is not None and again.metadata["tags"] == ["x"]
+
+
+def test_filtered_list_hands_out_the_same_metadata_as_get_tuple_and_fresh_copies() -> None:
+    saver = InMemorySaver()
+    config = make_config("t")
+    for step in range(3):
+        metadata = {
+            "source": "loop",
+            "step": step,
+            "user": "u",
+            "counters_since_delta_snapshot": {"m": (step, 1)},
+        }
+        config = saver.put(config, empty_checkpoint(), metadata, {})
+    found = list(saver.list(make_config("t"), filter={"user": "u", "step": 1}))
+    assert len(found) == 1
+    direct = saver.get_tuple(found[0].config)
+    assert direct is not None and found[0].metadata == direct.metadata
+    assert found[0].metadata["counters_since_delta_snapshot"] == {"m": (1, 1)}
+    found[0].metadata["user"] = "changed by a reader"
+    again = list(saver.list(make_config("t"), filter={"user": "u", "step": 1}))
+    assert again[0].metadata["user"] == "u"
+    assert list(saver.list(make_config("t"), filter={"user": "other"})) == []

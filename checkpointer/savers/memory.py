@@ -170,9 +170,11 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 stored = namespace.get(checkpoint_id) if namespace is not None else None
                 if stored is None:
                     continue
-                if wanted and not metadata_matches(stored_metadata(stored), wanted):
+                # Decoded once: the filter's copy is the one handed out.
+                metadata = stored_metadata(stored) if wanted else None
+                if metadata is not None and not metadata_matches(metadata, wanted):
                     continue
-                tup = self._load(thread_id, ns, checkpoint_id, stored, fast)
+                tup = self._load(thread_id, ns, checkpoint_id, stored, fast, metadata)
             if remaining is not None:
                 remaining -= 1
             yield tup
@@ -301,12 +303,14 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         checkpoint_id: str,
         stored: StoredCheckpoint,
         fast: Callable[[Typed], Any] | None,
+        metadata: dict[str, Any] | None = None,
     ) -> CheckpointTuple:
         """The stored checkpoint as a tuple (caller holds the lock). `fast` (from
         `_fast_loader`) decodes every value; if one fails, the whole checkpoint is read
-        again value by value, so that the damaged one raises an error naming it."""
+        again value by value, so that the damaged one raises an error naming it.
+        `metadata`: the stored metadata if the caller has already decoded it."""
         if fast is None:
-            return self._load_located(thread_id, ns, checkpoint_id, stored)
+            return self._load_located(thread_id, ns, checkpoint_id, stored, metadata)
         try:
             checkpoint: Checkpoint = fast(stored.record)
             blobs = self._blobs
@@ -319,12 +323,17 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 (w.task_id, w.channel, fast(w.value)) for w in ordered_writes(stored.writes)
             ]
         except Exception:
-            return self._load_located(thread_id, ns, checkpoint_id, stored)
+            return self._load_located(thread_id, ns, checkpoint_id, stored, metadata)
         checkpoint["channel_values"] = values
-        return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending)
+        return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending, metadata)
 
     def _load_located(
-        self, thread_id: str, ns: str, checkpoint_id: str, stored: StoredCheckpoint
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        stored: StoredCheckpoint,
+        metadata: dict[str, Any] | None = None,
     ) -> CheckpointTuple:
         """`_load`, reading each value at its location (with a located error if it fails)."""
         located = is_located(self.serde)
@@ -351,7 +360,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             (w.task_id, w.channel, self._read_write(read, thread_id, ns, checkpoint_id, w, located))
             for w in ordered_writes(stored.writes)
         ]
-        return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending)
+        return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending, metadata)
 
     @staticmethod
     def _tuple(
@@ -361,6 +370,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         stored: StoredCheckpoint,
         checkpoint: Checkpoint,
         pending: builtins.list[PendingWrite],
+        metadata: dict[str, Any] | None = None,
     ) -> CheckpointTuple:
         parent = (
             make_config(thread_id, ns, stored.parent_id) if stored.parent_id is not None else None
@@ -368,7 +378,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         return CheckpointTuple(
             make_config(thread_id, ns, checkpoint_id),
             checkpoint,
-            stored_metadata(stored),  # type: ignore[arg-type]
+            stored_metadata(stored) if metadata is None else metadata,  # type: ignore[arg-type]
             parent,
             pending,
         )
