@@ -31,12 +31,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol, TextIO
 
 from checkpointer.errors import CheckpointerError, ConfigError, CorruptValueError
-from checkpointer.savers.sql.core import Dialect, Plan, decode_checkpoint, decode_metadata
+from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.inspect import (
     all_thread_ids_plan,
     existing_threads_plan,
     footprint_plan,
 )
+from checkpointer.savers.sql.plan import Plan
+from checkpointer.savers.sql.records import decode_checkpoint, decode_metadata
 from checkpointer.savers.sql.transfer import (
     BlobRow,
     CheckpointRow,

@@ -38,7 +38,6 @@ from checkpointer.inspect_db import tool_serializer as tool_serializer
 from checkpointer.inspect_db import with_langgraph_types as with_langgraph_types
 from checkpointer.reader import Reader
 from checkpointer.replay import channel_from_history
-from checkpointer.savers.sql.core import Plan
 from checkpointer.savers.sql.inspect import (
     Ancestor,
     Footprint,
@@ -49,6 +48,7 @@ from checkpointer.savers.sql.inspect import (
     footprint_plan,
 )
 from checkpointer.savers.sql.migration import check_revision
+from checkpointer.savers.sql.plan import Plan
 from checkpointer.serde import MsgpackSerializer
 from checkpointer.types import INTERRUPT, DeltaChannelHistory
 

@@ -31,7 +31,7 @@ from checkpointer.reader import (
     Unloadable,
     raw_size,
 )
-from checkpointer.savers.sql.core import Dialect, Op, Plan, Stmt
+from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.inspect import (
     Ancestor,
     RawHistoryRow,
@@ -53,6 +53,7 @@ from checkpointer.savers.sql.inspect import (
     thread_summaries_plan,
 )
 from checkpointer.savers.sql.migration import check_revision, parse_url
+from checkpointer.savers.sql.plan import Op, Plan, Stmt
 from checkpointer.savers.sql.saver import SyncExecutor, SyncSqlSaver
 from checkpointer.serde import MsgpackSerializer
 from checkpointer.serde.compression import decompress_typed

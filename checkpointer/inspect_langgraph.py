@@ -26,7 +26,6 @@ from typing import Any
 from checkpointer.channels import DeltaSnapshot
 from checkpointer.errors import CheckpointerError
 from checkpointer.reader import Loaded, Unloadable, raw_size
-from checkpointer.savers.sql.core import Plan, Stmt
 from checkpointer.savers.sql.inspect import (
     Ancestor,
     ChannelBytes,
@@ -43,6 +42,7 @@ from checkpointer.savers.sql.inspect import (
     existing_threads_plan,
     resolve_checkpoint_plan,
 )
+from checkpointer.savers.sql.plan import Plan, Stmt
 from checkpointer.types import INTERRUPT
 
 WRITE_HINT = (

@@ -665,7 +665,7 @@ def test_graph_fork_under_encryption(store: Store) -> None:
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_fork_to_a_new_thread_reseals_or_refuses(kind: str, tmp_path: Path) -> None:
-    from checkpointer.savers.sql.core import Op
+    from checkpointer.savers.sql.plan import Op
     from checkpointer.savers.sql.transfer import fork_to_thread_plan
 
     store = Store(kind, tmp_path)

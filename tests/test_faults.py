@@ -29,7 +29,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from checkpointer.errors import SchemaVersionError, StorageUnavailableError
 from checkpointer.ids import next_channel_version
 from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
-from checkpointer.savers.sql.core import Stmt, read_op
+from checkpointer.savers.sql.plan import Stmt, read_op
 from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, WRITES
 from checkpointer.types import empty_checkpoint, make_config
 from tests import crash_worker as cw

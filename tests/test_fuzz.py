@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 
 from checkpointer.channels import DeltaSnapshot, Overwrite
 from checkpointer.errors import CorruptValueError, DeserializationError
-from checkpointer.savers.sql.core import decode_delta_history, decode_tuples
+from checkpointer.savers.sql.delta import decode_delta_history
+from checkpointer.savers.sql.reads import decode_tuples
 from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
 from checkpointer.serde import MsgpackSerializer
 from checkpointer.serde.compression import compress, load_typed

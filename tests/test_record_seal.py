@@ -303,8 +303,9 @@ async def test_upgrade_from_0005_reads_unsealed_then_reencrypt_seals(
     """A database written with encryption at 0005 (records without seals, same tables):
     refused until migrated, then read as before, sealed by reencrypt, then protected."""
     from checkpointer.errors import SchemaVersionError
-    from checkpointer.savers.sql.migration import migrate
+    from checkpointer.savers.migrate import migrate
     from checkpointer.savers.sql.schema import SCHEMA_REVISION, VERSION_TABLE
+    from tests.old_schema import back_to_0007
 
     db = Db(kind, tmp_path)
     try:
@@ -313,6 +314,7 @@ async def test_upgrade_from_0005_reads_unsealed_then_reencrypt_seals(
         await db.close_saver()
         for i in ids:  # as 0005 code wrote them
             db.edit("t", i, lambda r: r.pop(SEAL_KEY))
+        back_to_0007(lambda sql: db._rows(sql, ()), db.schema)
         db._rows("UPDATE {s}" + VERSION_TABLE + " SET version_num = '0005'", ())
         db._rows("DROP INDEX {s}checkpointer_checkpoints_parent_idx", ())  # from 0007
         stale = await db.open(enc(), setup=False)
@@ -337,7 +339,7 @@ async def test_fork_in_place_reseals_for_the_new_id_or_refuses(kind: str, tmp_pa
     """The fork's record names a new checkpoint id: re-sealed with the keys, refused
     without them (the tools), never written unreadable."""
     from checkpointer.errors import CheckpointerError
-    from checkpointer.savers.sql.core import Op
+    from checkpointer.savers.sql.plan import Op
     from checkpointer.savers.sql.transfer import fork_in_place_plan
 
     db = Db(kind, tmp_path)

@@ -30,7 +30,7 @@ from checkpointer.ids import new_checkpoint_id
 from checkpointer.lifecycle import KeepLast
 from checkpointer.savers.memory import InMemorySaver
 from checkpointer.savers.postgres import PostgresSaver
-from checkpointer.savers.sql import core
+from checkpointer.savers.sql import puts, reads
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.serde import frames
 from checkpointer.types import Checkpoint, RunnableConfig, empty_checkpoint, make_config
@@ -354,7 +354,7 @@ async def test_a_value_over_the_storage_limit_is_refused_with_nothing_written(
 ) -> None:
     if harness.kind == "memory":
         pytest.skip("the in-memory saver has no storage limit")
-    monkeypatch.setattr(core, "MAX_STORED_VALUE_BYTES", 64 * 1024)
+    monkeypatch.setattr(puts, "MAX_STORED_VALUE_BYTES", 64 * 1024)
     parent = await harness.put(make_config("limit"), _checkpoint(0), {}, {})
     cp = _checkpoint(1, {"small": 1, "v": os.urandom(100 * 1024)})
     with pytest.raises(ValueTooLarge) as caught:
@@ -405,7 +405,7 @@ def test_list_pages_are_bounded_by_bytes(
 ) -> None:
     """40 checkpoints of 1 MB with a 4 MiB page budget: reaching the first item holds a
     few megabytes, not the 40 a count-bounded page (or a whole-thread one) would."""
-    monkeypatch.setattr(core, "LIST_PAGE_BYTES", 4 * 1024 * 1024)
+    monkeypatch.setattr(reads, "LIST_PAGE_BYTES", 4 * 1024 * 1024)
     schema = f"cp_test_{uuid.uuid4().hex[:12]}"
     saver: Any
     if backend == "sqlite":

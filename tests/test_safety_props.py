@@ -32,7 +32,7 @@ from checkpointer.channels import DeltaChannel
 from checkpointer.errors import CheckpointerError
 from checkpointer.ids import new_checkpoint_id
 from checkpointer.lifecycle import KeepLast
-from checkpointer.savers.sql import core
+from checkpointer.savers.sql import puts
 from checkpointer.serde import frames
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import (
@@ -312,7 +312,7 @@ def test_hostile_call_sequences_end_typed_and_lose_nothing(
     live_saver: tuple[str, Any, Runner], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kind, saver, runner = live_saver
-    monkeypatch.setattr(core, "MAX_STORED_VALUE_BYTES", SMALL_LIMIT)
+    monkeypatch.setattr(puts, "MAX_STORED_VALUE_BYTES", SMALL_LIMIT)
     monkeypatch.setattr(frames, "DEFAULT_MAX_DECOMPRESSED_SIZE", SMALL_LIMIT)
 
     @example_settings(15)

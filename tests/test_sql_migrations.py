@@ -17,12 +17,12 @@ from alembic.script import ScriptDirectory
 
 from checkpointer.errors import SchemaVersionError
 from checkpointer.ids import next_channel_version, task_id_for
+from checkpointer.savers.migrate import migrate
 from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
 from checkpointer.savers.sql import migration as migrate_module
 from checkpointer.savers.sql.migration import (
     alembic_config,
     check_revision,
-    migrate,
     render_upgrade_sql,
     script_location,
     split_statements,
@@ -36,6 +36,7 @@ from checkpointer.savers.sql.schema import (
 from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
 from checkpointer.serde import MsgpackSerializer, default_serializer
 from checkpointer.types import empty_checkpoint, make_config
+from tests.old_schema import back_to_0007
 
 
 def test_scripts_are_found_and_head_matches_code() -> None:
@@ -403,6 +404,7 @@ def test_sqlite_upgrade_to_0003_reads_0002_rows_and_goes_on_inline(tmp_path: Pat
         chain.step(values={"n": 1, "flag": True, "seed": ["a"]}, writes=[("seed", "b")])
         chain.step(values={"n": 2}, writes=[("seed", "c")])
     with sqlite3.connect(path) as conn:
+        back_to_0007(conn.execute)
         conn.execute(f"UPDATE {VERSION_TABLE} SET version_num = '0002'")
         conn.execute("ALTER TABLE checkpointer_writes DROP COLUMN task_name")  # from 0005
         conn.execute("DROP INDEX checkpointer_checkpoints_parent_idx")  # from 0007
@@ -466,8 +468,8 @@ def test_sqlite_upgrade_to_0004_hands_summaries_to_triggers(tmp_path: Path) -> N
     checkpoints, values, writes, a re-saved checkpoint and a replaced write all count."""
     from datetime import UTC, datetime
 
-    from checkpointer.savers.sql.core import refresh_summaries_stmts
     from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
+    from checkpointer.savers.sql.summaries import refresh_summaries_stmts
     from checkpointer.types import ERROR
 
     path = tmp_path / "old.db"
@@ -480,7 +482,7 @@ def test_sqlite_upgrade_to_0004_hands_summaries_to_triggers(tmp_path: Path) -> N
         assert _triggers(conn) == []
     migrate(f"sqlite:///{path}")
     with sqlite3.connect(path) as conn:
-        assert len(_triggers(conn)) == 6
+        assert len(_triggers(conn)) == 7  # 0004's six, 0008's one
     with SqliteSaver.from_conn_string(path, setup=False) as saver:
         [before] = saver.list_threads(thread_ids=["old-thread-2"])
         tup = saver.get_tuple(make_config("old-thread-2"))

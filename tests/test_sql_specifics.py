@@ -18,7 +18,7 @@ from psycopg_pool import ConnectionPool
 
 from checkpointer.ids import next_channel_version, task_id_for
 from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
-from checkpointer.savers.sql import core
+from checkpointer.savers.sql import reads
 from checkpointer.savers.sql.postgres_dialect import encode_task_id
 from checkpointer.savers.sql.sqlite_dialect import SQLITE_TS_FORMAT, format_ts
 from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
@@ -153,7 +153,7 @@ async def test_list_pages_are_one_statement_each(sql: Sql, monkeypatch: pytest.M
     assert len(await sql.list(None)) == 10
     assert counter.count == 3
     # A thread over the byte budget: pages of as many as fit, at least one each.
-    monkeypatch.setattr(core, "LIST_PAGE_BYTES", 10)
+    monkeypatch.setattr(reads, "LIST_PAGE_BYTES", 10)
     sql.saver._dialect._sql_cache.clear()
     counter.reset()
     listed = await sql.list(make_config("pages"))

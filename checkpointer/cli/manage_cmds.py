@@ -28,13 +28,14 @@ from checkpointer.cli.common import (
 from checkpointer.cli.render import human_bytes
 from checkpointer.inspect import Database, ThreadEffect, measure, simulate
 from checkpointer.savers.base import PRUNE_STRATEGIES
-from checkpointer.savers.sql.core import Plan, delete_for_runs_plan
+from checkpointer.savers.sql.deletion import delete_for_runs_plan
 from checkpointer.savers.sql.inspect import (
     existing_threads_plan,
     footprint_plan,
     threads_of_runs_plan,
 )
 from checkpointer.savers.sql.lifecycle import prune_keep_latest_plan
+from checkpointer.savers.sql.plan import Plan
 from checkpointer.savers.sql.transfer import (
     ForkResult,
     fork_in_place_plan,
@@ -128,7 +129,7 @@ def fresh_run_ids_plan(db: Database, thread_id: str) -> Plan[dict[str, str]]:
     run of the source (`delete-runs RUN`) leaves the copy alone. Returns old -> new."""
     import uuid
 
-    from checkpointer.savers.sql.core import Stmt
+    from checkpointer.savers.sql.plan import Stmt
 
     d = db.dialect
     rows = yield Stmt(

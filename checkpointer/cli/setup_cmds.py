@@ -33,7 +33,7 @@ def demo(db_path: str | None, url: str | None, schema: str | None) -> None:
 @click.option("--sql", "print_sql", is_flag=True, help="Print the SQL instead of applying it.")
 def migrate(url: str | None, schema: str | None, print_sql: bool) -> None:
     """Create or upgrade the schema of a database to this version."""
-    from checkpointer.savers.sql import migrate as apply_migrations
+    from checkpointer.savers.migrate import migrate as apply_migrations
 
     if not url:
         raise CliError(NO_URL)

@@ -532,7 +532,7 @@ def _sql_program(
     dry_run: bool,
 ) -> Generator[Any, Any, None]:
     """Page through one table by primary key; rewrite each page in one transaction."""
-    from checkpointer.savers.sql.core import Op, Stmt, single
+    from checkpointer.savers.sql.plan import Op, Stmt, single
 
     name = d.blobs if table == "blobs" else d.writes
     pk, extra = _TABLES[table]
@@ -624,10 +624,10 @@ def _records_program(
     the transaction that stores its moved values, compare-and-swap on its old text."""
     import json
 
-    from checkpointer.savers.sql.core import Op, Stmt, each, single
     from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
     from checkpointer.savers.sql.inline import inline_at_versions, stored_form
     from checkpointer.savers.sql.inspect import json_doc
+    from checkpointer.savers.sql.plan import Op, Stmt, each, single
     from checkpointer.savers.sql.record_seal import SEAL_KEY, make_seal, verify_record
 
     key = "(thread_id, checkpoint_ns, checkpoint_id)"
@@ -756,7 +756,7 @@ def iter_stored_values(saver: Any) -> Iterator[tuple[ValueLocation, tuple[str, b
                             )
         yield from items
         return
-    from checkpointer.savers.sql.core import Op, Stmt, single
+    from checkpointer.savers.sql.plan import Op, Stmt, single
 
     d = saver._dialect
     rows = saver._drive(
@@ -824,7 +824,7 @@ def bound_values_stmts(d: Any, thread_id: str) -> list[Any]:
     """Statements (blobs, writes) that return a row when the thread holds a value encrypted
     and bound to its location: its header's flags byte (the second) is exactly the bound
     flag. Read in SQL, without a key, by tools that must not copy such values as bytes."""
-    from checkpointer.savers.sql.core import Stmt
+    from checkpointer.savers.sql.plan import Stmt
 
     params = {"t": thread_id, "tag": TAG_ENCRYPTED, "flag": bytes((_FLAG_BOUND,))}
     return [

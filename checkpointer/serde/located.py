@@ -20,7 +20,7 @@ is not part of a location, so export/import between databases keeps values reada
 
 Every saver passes them (`passes_value_locations = True`, which `encryption.reencrypt`
 reads to decide whether to bind):
-- SQL savers (`sql/core.py`): `put_op` / `put_writes_op` write each blob and write at its
+- SQL savers (`sql/puts.py`): `put_op` / `put_writes_op` write each blob and write at its
   location, `decode_tuples` reads them back there (the blob's version comes with its row;
   a write's key is its task id and slot as the saver was given them, as PostgreSQL's
   `decode_write_key` returns them). `decode_delta_history` reads each seed at its blob

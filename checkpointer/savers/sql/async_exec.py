@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from checkpointer.errors import CheckpointerError, StorageFullError
-from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.pg_faults import (
     RetryPolicy,
     is_connection_failure,
@@ -19,6 +18,7 @@ from checkpointer.savers.sql.pg_faults import (
     next_attempt,
     pool_exhausted,
 )
+from checkpointer.savers.sql.plan import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.sync_exec import (
     run_sqlite_op,
     sqlite_pragmas,

@@ -16,7 +16,7 @@ Rules:
   its version: those it stores now, and those of unchanged channels carried from its
   parent's record, or, at a version the parent's record does not hold (a `__copy__` fork
   put beside the checkpoint it copies, a re-put), from a record of the thread that holds
-  it (`core.inline_sources_stmt`). `put` is allowed to leave unchanged channels out of
+  it (`puts.inline_sources_stmt`). `put` is allowed to leave unchanged channels out of
   `channel_values`, so they are never taken from there. A reader never looks beyond one
   record.
 - Only with a serializer whose stored form of these values is plain

@@ -1,6 +1,7 @@
 """Read-only inspection queries for the time-travel tools, as sans-I/O plans.
 
-Same model as `core`: each function is a plan that yields `Stmt`s and receives rows, so one
+Same model as the saver plans (`plan.py`): each function is a plan that yields `Stmt`s
+and receives rows, so one
 text serves SQLite and PostgreSQL through the executors in `sync_exec` / `async_exec`.
 Nothing here deserializes a value: plans return raw `(type, bytes)` pairs and the caller
 decides how to load them (the tools load leniently, so one unloadable value never hides a
@@ -20,17 +21,12 @@ from typing import Any, Literal
 from checkpointer.channels.markers import DeltaSnapshot
 from checkpointer.savers.base import history_loop
 from checkpointer.savers.metadata import unescape_json_value
-from checkpointer.savers.sql.core import (
-    WALK_BOUND_REACHED,
-    Dialect,
-    Plan,
-    Row,
-    Stmt,
-    delta_history_chunks,
-    delta_walk_plan,
-)
+from checkpointer.savers.sql.delta import delta_history_chunks, delta_walk_plan
+from checkpointer.savers.sql.delta_sql import WALK_BOUND_REACHED
+from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
 from checkpointer.savers.sql.inline import from_sql, stored_form
+from checkpointer.savers.sql.plan import Plan, Row, Stmt
 from checkpointer.serde import default_serializer
 from checkpointer.types import INTERRUPT, RunnableConfig, checkpoint_ns_of, thread_id_of
 

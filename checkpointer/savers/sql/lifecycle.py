@@ -2,7 +2,8 @@
 materialized where the caller gave channel specs), TTL expiry, pins, the thread summary,
 and giving freed space back to the file system.
 
-Same model as `core`: plans yield `Stmt`s and receive rows; the retention of one thread
+Same model as the saver plans (`plan.py`): plans yield `Stmt`s and receive rows; the
+retention of one thread
 runs as one plan inside one write transaction, so no writer of that thread can slip a
 checkpoint between the decision and the deletes (SQLite: BEGIN IMMEDIATE; PostgreSQL: the
 thread's summary row is locked, and every put upserts that row).
@@ -34,19 +35,13 @@ from checkpointer.savers.retention import (
     parse_ts,
     plan_thread,
 )
-from checkpointer.savers.sql.core import (
-    Dialect,
-    Plan,
-    Stmt,
-    _json_value,
-    delta_history_plan,
-    each,
-    inline_keys,
-    record_size,
-    refresh_summaries_stmts,
-    version_text,
-)
+from checkpointer.savers.sql.deletion import inline_keys
+from checkpointer.savers.sql.delta import delta_history_plan
+from checkpointer.savers.sql.dialect import Dialect
+from checkpointer.savers.sql.plan import Plan, Stmt, each
+from checkpointer.savers.sql.records import json_value, version_text
 from checkpointer.savers.sql.schema import THREADS
+from checkpointer.savers.sql.summaries import record_size, refresh_summaries_stmts
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located
 from checkpointer.types import INTERRUPT, make_config
@@ -92,11 +87,11 @@ def shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
         namespace = shape.namespaces.setdefault(str(ns), NamespaceShape())
         shaped = namespace.nodes[str(cid)] = NodeShape(
             parent_id=None if parent_id is None else str(parent_id),
-            versions={k: version_text(v) for k, v in (_json_value(versions) or {}).items()},
+            versions={k: version_text(v) for k, v in (json_value(versions) or {}).items()},
             ts=parse_ts(ts),
             pinned=bool(pinned),
             size=int(size or 0),
-            delta_channels=delta_channels_of(_json_value(counters)),
+            delta_channels=delta_channels_of(json_value(counters)),
         )
         namespace.inline.update(
             (channel, version)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpointer.errors import SchemaVersionError
-from checkpointer.savers.sql.schema import KNOWN_REVISIONS, SCHEMA_REVISION
+from checkpointer.savers.sql.schema import KNOWN_REVISIONS, SCHEMA_REVISION, quote_ident
 
 _STATEMENT_END = re.compile(r";\s*\n\s*\n")
 
@@ -116,33 +116,17 @@ def plan_upgrade(
 Setup = Generator[tuple[str, Any], Any, None]
 
 
-def migrate(url: str, sql: bool = False, *, schema: str | None = None) -> str | None:
-    """Bring the database at `url` to this code's schema, or return the SQL that would.
-
-    `url` is a SQLite path / `sqlite:///path` URL or a `postgresql://` URL. With `sql=True`
-    nothing is touched: the returned script creates the schema on an empty database, for
-    review or for a DBA to apply. Backs `checkpointer migrate --url URL [--sql]`.
-    """
-    kind, target = parse_url(url)
-    if sql:
-        if kind != "postgres":
-            return render_upgrade_sql("sqlite", None, None)
-        from checkpointer.savers.sql.core import quote_ident
-
-        pg_schema = schema or "public"
-        script = render_upgrade_sql("postgresql", pg_schema, None)
-        return f"CREATE SCHEMA IF NOT EXISTS {quote_ident(pg_schema)};\n\n{script}"
-    if kind == "postgres":
-        from checkpointer.savers.postgres import PostgresSaver
-
-        with PostgresSaver.from_conn_string(target, schema=schema or "public", pool=False) as saver:
-            saver.setup()
-    else:
-        from checkpointer.savers.sqlite import SqliteSaver
-
-        with SqliteSaver.from_conn_string(target) as saver:
-            saver.setup()
-    return None
+def upgrade_script(url: str, *, schema: str | None = None) -> str:
+    """The SQL script that creates this code's schema on an empty database of `url`'s kind
+    (a SQLite path or URL, or a `postgresql://` URL), for review or for a DBA to apply.
+    Nothing is touched. (Applying it is `checkpointer.savers.migrate.migrate`, which opens
+    a saver: an upper layer this module must not import.)"""
+    kind, _target = parse_url(url)
+    if kind != "postgres":
+        return render_upgrade_sql("sqlite", None, None)
+    pg_schema = schema or "public"
+    script = render_upgrade_sql("postgresql", pg_schema, None)
+    return f"CREATE SCHEMA IF NOT EXISTS {quote_ident(pg_schema)};\n\n{script}"
 
 
 def parse_url(url: str) -> tuple[str, str]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from checkpointer.errors import CheckpointerError
 from checkpointer.savers.base import put_parent_loop, put_parent_mismatch
-from checkpointer.savers.sql.core import Dialect, Plan, Stmt
+from checkpointer.savers.sql.dialect import Dialect
+from checkpointer.savers.sql.plan import Plan, Stmt
 
 
 def new_checkpoint_allowed(table: str, thread: str, ns: str, checkpoint_id: str) -> str:

@@ -6,7 +6,7 @@ Why each kind of operation is or is not re-run on a fresh connection:
 - An operation whose connection failed before any of its statements was sent (the
   pre-flight check of a pooled connection failed) did nothing: any operation may go on.
 - A repeatable operation (`Op.restart`: reads, setup, put, put_writes; see
-  `core.repeatable`) is re-run from a new plan. It is re-run even when the connection
+  `plan.repeatable`) is re-run from a new plan. It is re-run even when the connection
   died during COMMIT, when the first run may or may not have committed: a repeat is
   harmless either way.
 - Anything else (deletes, prune, retention, copy, pin, TTL, maintenance, CLI plans) is not
@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from checkpointer.errors import StorageUnavailableError
-from checkpointer.savers.sql.core import Op
+from checkpointer.savers.sql.plan import Op
 
 T = TypeVar("T")
 

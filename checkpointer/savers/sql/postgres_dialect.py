@@ -11,22 +11,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from checkpointer.errors import ConfigError
+from checkpointer.savers.base import dumps_json
 from checkpointer.savers.metadata import escape_json_text, filter_path
-from checkpointer.savers.sql.core import (
-    SUMMARY_COLUMNS,
-    Dialect,
-    Op,
-    Plan,
-    Stmt,
-    dumps_json,
-    each,
+from checkpointer.savers.sql.dialect import Dialect
+from checkpointer.savers.sql.migration import plan_upgrade
+from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_plan
+from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
+from checkpointer.savers.sql.schema import (
+    BLOBS,
+    CHECKPOINTS,
+    THREADS,
+    VERSION_TABLE,
+    WRITES,
     quote_ident,
+)
+from checkpointer.savers.sql.summaries import (
+    SUMMARY_COLUMNS,
     refresh_summaries_stmts,
     summary_merge,
 )
-from checkpointer.savers.sql.migration import plan_upgrade
-from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_plan
-from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
 
 _CASTS = {
     "text": "text",
@@ -350,15 +353,26 @@ class PostgresDialect(Dialect):
             f"FROM {self.checkpoints} WHERE {key})",
             f"ok AS (SELECT {parent_ok} AND NOT EXISTS (SELECT 1 FROM prior WHERE prior.parent "
             "IS DISTINCT FROM CAST(%(parent_id)s AS text)) AS v)",
+            # The next seq of the namespace, and the run it continues (see `delta_runs`).
+            f"seq AS (SELECT coalesce((SELECT s.seq FROM {self.checkpoints} s "
+            "WHERE s.thread_id = %(thread_id)s AND s.checkpoint_ns = %(checkpoint_ns)s "
+            "AND s.seq IS NOT NULL ORDER BY s.seq DESC LIMIT 1), -1) + 1 AS v)",
             f"cp AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
-            "parent_checkpoint_id, run_id, checkpoint, metadata) "
+            "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
             "SELECT CAST(%(thread_id)s AS text), CAST(%(checkpoint_ns)s AS text), "
             "CAST(%(checkpoint_id)s AS text), CAST(%(parent_id)s AS text), "
-            "CAST(%(run_id)s AS text), %(record)s::jsonb, %(metadata)s::jsonb "
+            "CAST(%(run_id)s AS text), %(record)s::jsonb, %(metadata)s::jsonb, seq.v, "
+            f"coalesce((SELECT p.run_start FROM {self.checkpoints} p WHERE p.thread_id = "
+            "%(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s AND p.checkpoint_id = "
+            "%(parent_id)s AND p.seq = seq.v - 1), seq.v) FROM seq "
             "WHERE (SELECT v FROM ok) "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
             + self.checkpoint_upsert_values()
-            + f" RETURNING {size} AS n)",
+            + f" RETURNING {size} AS n, seq)",
+            # Writes that arrived before their checkpoint take its seq now.
+            f"early AS (UPDATE {self.writes} w SET seq = (SELECT cp.seq FROM cp) WHERE "
+            "w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s AND "
+            "w.checkpoint_id = %(checkpoint_id)s AND w.seq IS NULL AND EXISTS (SELECT 1 FROM cp))",
         ]
         added = "(SELECT n FROM cp) - coalesce((SELECT n FROM prior), 0)"
         if blobs:
@@ -427,9 +441,11 @@ class PostgresDialect(Dialect):
             "AND w.checkpoint_id = %(checkpoint_id)s AND w.task_id = %(task_id)s::uuid "
             "AND w.idx IN (SELECT x.idx FROM x)), "
             f"ins AS (INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, "
-            f"task_id, {named_column}task_path, idx, channel, type, blob) SELECT "
+            f"task_id, {named_column}task_path, idx, channel, type, blob, seq) SELECT "
             "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, "
-            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob FROM x "
+            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob, (SELECT c.seq "
+            f"FROM {self.checkpoints} c WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns "
+            "= %(checkpoint_ns)s AND c.checkpoint_id = %(checkpoint_id)s) FROM x "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
             f"RETURNING idx, {self.size('blob')} AS n) "
             f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
@@ -460,18 +476,21 @@ class PostgresDialect(Dialect):
     def copy_thread_plan(self, source: str, target: str) -> Op[None]:
         sql = (
             f"WITH c AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, "
-            "checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata, pinned) "
+            "checkpoint_id, parent_checkpoint_id, run_id, checkpoint, metadata, pinned, seq, "
+            "run_start) "
             "SELECT %(dst)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
-            f"checkpoint, metadata, pinned FROM {self.checkpoints} WHERE thread_id = %(src)s "
+            f"checkpoint, metadata, pinned, seq, run_start FROM {self.checkpoints} "
+            "WHERE thread_id = %(src)s "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-            "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
+            "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, seq = EXCLUDED.seq, "
+            "run_start = EXCLUDED.run_start, "
             + self.checkpoint_upsert_values()
             + f"), b AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, channel, version, "
             "type, blob) SELECT %(dst)s, checkpoint_ns, channel, version, type, blob "
             f"FROM {self.blobs} WHERE thread_id = %(src)s ON CONFLICT DO NOTHING) "
             f"INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-            "task_name, task_path, idx, channel, type, blob) SELECT %(dst)s, checkpoint_ns, "
-            f"checkpoint_id, task_id, task_name, task_path, idx, channel, type, blob "
+            "task_name, task_path, idx, channel, type, blob, seq) SELECT %(dst)s, checkpoint_ns, "
+            f"checkpoint_id, task_id, task_name, task_path, idx, channel, type, blob, seq "
             f"FROM {self.writes} "
             "WHERE thread_id = %(src)s "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "

@@ -1,4 +1,5 @@
-"""The saver API on top of the core, written once as *programs* (generators of operations)
+"""The saver API on top of the sans-I/O plans (`plan.py` and the operation modules),
+written once as *programs* (generators of operations)
 and driven by a thin sync or async driver.
 
 A program yields `Op`s (each run by the executor on one borrowed connection, inside one
@@ -44,41 +45,49 @@ from checkpointer.savers.base import (
     validate_thread_listing,
     validate_ttl,
 )
-from checkpointer.savers.sql import core
 from checkpointer.savers.sql import lifecycle as lc
-from checkpointer.savers.sql.core import (
-    WALK_BOUND_REACHED,
-    Dialect,
-    ListQuery,
+from checkpointer.savers.sql import reads
+from checkpointer.savers.sql.deletion import delete_for_runs_plan
+from checkpointer.savers.sql.delta import (
+    confirm_walk_loop,
+    decode_delta_history,
+    delta_history_chunks,
+    delta_history_stmt,
+    delta_runs_stmt,
+    parent_pointers_stmt,
+)
+from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK
+from checkpointer.savers.sql.delta_sql import WALK_BOUND_REACHED
+from checkpointer.savers.sql.dialect import Dialect
+from checkpointer.savers.sql.inline import RecentInline, serde_inlines
+from checkpointer.savers.sql.inline import carried as inline_carried
+from checkpointer.savers.sql.migration import check_revision
+from checkpointer.savers.sql.plan import (
     Op,
     Row,
     StatementHook,
     Stmt,
-    confirm_walk_loop,
-    decode_delta_history,
-    decode_inline_sources,
-    decode_tuples,
-    delete_for_runs_plan,
-    delta_history_chunks,
-    delta_history_stmt,
-    get_tuple_stmt,
-    inline_sources_stmt,
-    list_page_stmt,
-    page_limit_of,
-    parent_pointers_stmt,
-    put_op,
-    put_writes_op,
     read_op,
     read_plan,
+    repeatable,
+)
+from checkpointer.savers.sql.puts import (
+    decode_inline_sources,
+    inline_sources_stmt,
+    put_op,
+    put_writes_op,
     record_stmt,
     record_versions_and_inline,
-    repeatable,
     unchanged_channels,
-    version_text,
 )
-from checkpointer.savers.sql.inline import RecentInline, serde_inlines
-from checkpointer.savers.sql.inline import carried as inline_carried
-from checkpointer.savers.sql.migration import check_revision
+from checkpointer.savers.sql.reads import (
+    ListQuery,
+    decode_tuples,
+    get_tuple_stmt,
+    list_page_stmt,
+    page_limit_of,
+)
+from checkpointer.savers.sql.records import version_text
 from checkpointer.savers.sql.transfer import (
     copy_thread_guarded_plan,
     copy_thread_relocating_plan,
@@ -112,7 +121,7 @@ DEFAULT_PAGE_SIZE = 1000
 
 FIRST_CROSS_THREAD_PAGE = 8
 """Checkpoints in the first page of a listing across threads; later pages are sized by
-what it weighed (up to `core.LIST_PAGE_BYTES` and `page_size`)."""
+what it weighed (up to `reads.LIST_PAGE_BYTES` and `page_size`)."""
 
 
 class SyncExecutor(Protocol):
@@ -249,7 +258,7 @@ class _SqlPrograms:
         self, thread_id: str, ns: str, wanted: Sequence[tuple[str, str]]
     ) -> Program[dict[str, Any]]:
         """The inline values of `wanted` (channel, version) pairs kept in any record of the
-        thread (see `core.inline_sources_stmt`), in chunks of a bounded statement size."""
+        thread (see `puts.inline_sources_stmt`), in chunks of a bounded statement size."""
         found: dict[str, Any] = {}
         where = {"thread_id": thread_id, "checkpoint_ns": ns}
         for start in range(0, len(wanted), _INLINE_SOURCES_CHUNK):
@@ -321,8 +330,16 @@ class _SqlPrograms:
         where = {"thread_id": thread_id_of(config), "checkpoint_ns": checkpoint_ns_of(config)}
         records = is_located(self.serde)  # verify the sealed records the walk passes
         for chunk in delta_history_chunks(channels):
-            stmt = partial(delta_history_stmt, config=config, channels=chunk, records=records)
-            rows = yield from self._p_read(stmt)
+            rows = None
+            if not records:  # by runs (`delta_runs.py`) where they stand in for the walk
+                rows = yield from self._p_read(
+                    partial(delta_runs_stmt, config=config, channels=chunk)
+                )
+                if rows and rows[0][0] == RUNS_FALLBACK:
+                    rows = None
+            if rows is None:
+                stmt = partial(delta_history_stmt, config=config, channels=chunk, records=records)
+                rows = yield from self._p_read(stmt)
             if rows and rows[0][0] == WALK_BOUND_REACHED:
                 # A loop in parent pointers, or a summary that undercounts the thread.
                 thread_id, ns = where["thread_id"], where["checkpoint_ns"]
@@ -536,7 +553,7 @@ class _ListPager:
         # Another page follows: size it by what this one weighed (the statement sizes it
         # from summaries, which know nothing of values shared across checkpoints).
         weight = sum(len(row[7]) for row in rows if row[7] is not None) // max(count, 1)
-        self.cap = max(1, core.LIST_PAGE_BYTES // max(weight, 1))
+        self.cap = max(1, reads.LIST_PAGE_BYTES // max(weight, 1))
         if self.remaining is not None:
             self.remaining -= count
 

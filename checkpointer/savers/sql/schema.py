@@ -13,16 +13,27 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from checkpointer.errors import ConfigError
+
 CHECKPOINTS = "checkpointer_checkpoints"
 BLOBS = "checkpointer_blobs"
 WRITES = "checkpointer_writes"
 THREADS = "checkpointer_threads"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
-KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006", "0007")
+KNOWN_REVISIONS: tuple[str, ...] = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+)
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
 
@@ -74,12 +85,28 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         sa.Column("metadata", json_doc(), nullable=False),
         # Pinned checkpoints survive every retention policy (and keep their thread alive).
         sa.Column("pinned", sa.Boolean(), nullable=False, server_default=sa.false()),
+        # Insertion order in the namespace, and where the checkpoint's run starts: the
+        # ancestors within a run are a `seq` range (see `delta_runs.py`). NULL in rows
+        # written around the saver; the delta walk then follows parent pointers.
+        sa.Column("seq", sa.BigInteger(), nullable=True),
+        sa.Column("run_start", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint(
             "thread_id", "checkpoint_ns", "checkpoint_id", name=f"{CHECKPOINTS}_pkey"
         ),
         sa.Index(f"{CHECKPOINTS}_run_id_idx", "run_id"),
         # put refuses a new checkpoint that a stored one names as its parent (no loops).
         sa.Index(f"{CHECKPOINTS}_parent_idx", "thread_id", "checkpoint_ns", "parent_checkpoint_id"),
+        # Partial: only a query that names `seq` can use it, so no planner takes it for a
+        # primary-key lookup (PostgreSQL did, on tables without statistics: a scan of the
+        # thread per lookup).
+        sa.Index(
+            f"{CHECKPOINTS}_seq_idx",
+            "thread_id",
+            "checkpoint_ns",
+            "seq",
+            sqlite_where=sa.text("seq IS NOT NULL"),
+            postgresql_where=sa.text("seq IS NOT NULL"),
+        ),
     )
     sa.Table(
         BLOBS,
@@ -110,6 +137,9 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         # `task_id` (see `postgres_dialect.task_name`); NULL for UUIDs, and on SQLite,
         # whose `task_id` is text and holds every id itself.
         sa.Column("task_name", sa.Text(), nullable=True),
+        # The `seq` of the checkpoint the write is pending on (NULL until it is stored):
+        # a channel's writes along a run are one range of the index below.
+        sa.Column("seq", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint(
             "thread_id",
             "checkpoint_ns",
@@ -117,6 +147,24 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
             "task_id",
             "idx",
             name=f"{WRITES}_pkey",
+        ),
+        sa.Index(
+            f"{WRITES}_channel_seq_idx",
+            "thread_id",
+            "checkpoint_ns",
+            "channel",
+            "seq",
+            sqlite_where=sa.text("seq IS NOT NULL"),
+            postgresql_where=sa.text("seq IS NOT NULL"),
+        ),
+        # The few writes without a seq (pending on a checkpoint not stored yet).
+        sa.Index(
+            f"{WRITES}_unnumbered_idx",
+            "thread_id",
+            "checkpoint_ns",
+            "channel",
+            sqlite_where=sa.text("seq IS NULL"),
+            postgresql_where=sa.text("seq IS NULL"),
         ),
     )
     # One row per thread, kept current by every write and delete in the same transaction, so
@@ -144,3 +192,10 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
 
 
 metadata = build_metadata()
+
+
+def quote_ident(name: str) -> str:
+    """A double-quoted SQL identifier (schema names are user input)."""
+    if not isinstance(name, str) or not name or "\x00" in name or len(name) > 63:
+        raise ConfigError(f"invalid schema name {name!r}")
+    return '"' + name.replace('"', '""') + '"'

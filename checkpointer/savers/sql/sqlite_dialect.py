@@ -9,20 +9,14 @@ from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
 
+from checkpointer.savers.base import dumps_json
 from checkpointer.savers.metadata import filter_path
-from checkpointer.savers.sql.core import (
-    SUMMARY_CLOCK_SECONDS,
-    Dialect,
-    Op,
-    Plan,
-    Stmt,
-    dumps_json,
-    each,
-    refresh_summaries_stmts,
-)
+from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.migration import plan_upgrade
 from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_plan
+from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
 from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
+from checkpointer.savers.sql.summaries import SUMMARY_CLOCK_SECONDS, refresh_summaries_stmts
 
 SQLITE_TS_FORMAT = "%Y-%m-%d %H:%M:%f"
 """What SQLite's strftime writes and the summary table stores (UTC, milliseconds)."""
@@ -63,6 +57,18 @@ MULTI_ROW_CHUNK = 100
 
 ACTIVITY_MEMORY = 4096
 """Threads whose last activity statement a dialect remembers; beyond, it starts afresh."""
+
+
+_NEXT_SEQ = (
+    f"SELECT coalesce((SELECT seq FROM {CHECKPOINTS} WHERE thread_id = ?1 AND "
+    "checkpoint_ns = ?2 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1), -1) + 1 AS v"
+)
+"""The next seq of the put's namespace (parameters ?1, ?2 of the checkpoint insert)."""
+_RUN_START = (
+    f"coalesce((SELECT p.run_start FROM {CHECKPOINTS} p WHERE p.thread_id = ?1 AND "
+    "p.checkpoint_ns = ?2 AND p.checkpoint_id = ?4 AND p.seq = s.v - 1), s.v)"
+)
+"""The run a put continues: its parent's, when the parent is the previous seq."""
 
 
 class SqliteDialect(Dialect):
@@ -119,7 +125,7 @@ class SqliteDialect(Dialect):
         return f"(instr({record}, {version}) > 0 OR {version} GLOB '*[^0-9A-Za-z._:+-]*')"
 
     def _has_inline(self, record: str) -> str:
-        # Writes put inline values first (`core.record_json`): a prefix test finds them.
+        # Writes put inline values first (`records.record_json`): a prefix test finds them.
         return f"substr({record}, 1, 18) = '{{\"channel_values\":'"
 
     def inline_has(self, record: str, channel: str, probe: str) -> str:
@@ -283,8 +289,8 @@ class SqliteDialect(Dialect):
             # means refused.
             written = yield Stmt(
                 f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, checkpoint, metadata) "
-                "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE "
+                "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
+                f"SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, s.v, {_RUN_START} FROM ({_NEXT_SEQ}) s WHERE "
                 + new_checkpoint_allowed(CHECKPOINTS, "?1", "?2", "?3")
                 + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
                 + self.checkpoint_upsert_values()
@@ -320,11 +326,16 @@ class SqliteDialect(Dialect):
             if replace
             else "DO NOTHING"
         )
+        # Each row takes the seq of its checkpoint, if stored (else the checkpoint's
+        # insert trigger fills it in, revision 0008).
         insert = (
             f"INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-            "task_path, idx, channel, type, blob)"
+            "task_path, idx, channel, type, blob, seq) SELECT v.*, (SELECT c.seq FROM "
+            f"{CHECKPOINTS} c WHERE c.thread_id = v.column1 AND c.checkpoint_ns = v.column2 "
+            "AND c.checkpoint_id = v.column3) FROM (VALUES"
         )
         on_conflict = (
+            ") v WHERE true "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
         )
         params = [(thread_id, ns, checkpoint_id, task_id, task_path, *r) for r in rows]
@@ -374,6 +385,8 @@ class SqliteDialect(Dialect):
 
             def build(count: int = len(chunk), width: int = width) -> str:
                 row = "(" + ", ".join("?" * width) + ")"
+                if insert.endswith("(VALUES"):  # INSERT ... SELECT ... FROM (VALUES ...)
+                    return f"{insert} {', '.join([row] * count)} {tail}"
                 return f"{insert} VALUES {', '.join([row] * count)} {tail}"
 
             sql = self.sql(("multi_row", insert, tail, len(chunk), width), build)
@@ -395,12 +408,13 @@ class SqliteDialect(Dialect):
             params = {"src": source, "dst": target}
             yield Stmt(
                 f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, checkpoint, metadata, pinned) "
+                "parent_checkpoint_id, run_id, checkpoint, metadata, pinned, seq, run_start) "
                 "SELECT :dst, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
-                f"checkpoint, metadata, pinned FROM {CHECKPOINTS} WHERE thread_id = :src "
+                f"checkpoint, metadata, pinned, seq, run_start FROM {CHECKPOINTS} "
+                "WHERE thread_id = :src "
                 "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                "parent_checkpoint_id = excluded.parent_checkpoint_id, "
-                + self.checkpoint_upsert_values(),
+                "parent_checkpoint_id = excluded.parent_checkpoint_id, seq = excluded.seq, "
+                "run_start = excluded.run_start, " + self.checkpoint_upsert_values(),
                 params,
             )
             yield Stmt(
@@ -411,9 +425,9 @@ class SqliteDialect(Dialect):
             )
             yield Stmt(
                 f"INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-                "task_path, idx, channel, type, blob) "
+                "task_path, idx, channel, type, blob, seq) "
                 "SELECT :dst, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
-                f"type, blob FROM {WRITES} WHERE thread_id = :src "
+                f"type, blob, seq FROM {WRITES} WHERE thread_id = :src "
                 "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "
                 "SET task_path = excluded.task_path, channel = excluded.channel, "
                 "type = excluded.type, blob = excluded.blob",

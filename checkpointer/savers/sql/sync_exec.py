@@ -1,6 +1,7 @@
 """Sync execute layer: drives plans over sqlite3 and psycopg connections.
 
-Only this module (and its async twin) touches connections; what to run comes from `core`.
+Only this module (and its async twin) touches connections; what to run comes
+from the plans (`plan.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from checkpointer.errors import CheckpointerError, StorageBusyError, StorageFullError
-from checkpointer.savers.sql.core import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.pg_faults import (
     RetryPolicy,
     is_connection_failure,
@@ -25,6 +25,7 @@ from checkpointer.savers.sql.pg_faults import (
     next_attempt,
     pool_exhausted,
 )
+from checkpointer.savers.sql.plan import Op, Row, StatementHook, Stmt
 
 T = TypeVar("T")
 

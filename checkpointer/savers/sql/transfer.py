@@ -18,10 +18,13 @@ from typing import Any
 
 from checkpointer.errors import CheckpointerError, CheckpointNotFoundError, ThreadExistsError
 from checkpointer.ids import new_checkpoint_id
-from checkpointer.savers.sql import core
-from checkpointer.savers.sql.core import Dialect, Plan, Stmt, dumps_json, record_json
+from checkpointer.savers.base import dumps_json
+from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.inspect import ancestors_plan, json_doc
+from checkpointer.savers.sql.plan import Plan, Stmt
 from checkpointer.savers.sql.record_seal import SEAL_KEY, make_seal, resealed, verify_record
+from checkpointer.savers.sql.records import record_json
+from checkpointer.savers.sql.summaries import refresh_summaries_plan
 from checkpointer.serde.base import Serializer
 from checkpointer.serde.encryption import bound_values_stmts
 from checkpointer.serde.located import ValueLocation, is_located, relocate
@@ -67,7 +70,7 @@ class WriteRow:
 
 
 def record_text(record: dict[str, Any]) -> str:
-    """A checkpoint record as the savers store it (`core.record_json`)."""
+    """A checkpoint record as the savers store it (`records.record_json`)."""
     return record_json(record)
 
 
@@ -251,12 +254,10 @@ def insert_writes_stmt(d: Dialect, rows: Sequence[WriteRow], *, replace: bool = 
 
 
 def refresh_thread_summaries_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[None]:
-    """Bring per-thread summary rows in line with rows written here directly, when this
-    version's storage keeps such a table (`core.refresh_summaries_plan`); nothing otherwise.
-    Run it in the transaction that wrote the rows."""
-    refresh = getattr(core, "refresh_summaries_plan", None)
-    if refresh is not None and thread_ids:
-        yield from refresh(d, sorted(set(thread_ids)))
+    """Bring per-thread summary rows in line with rows written here directly
+    (`summaries.refresh_summaries_plan`). Run it in the transaction that wrote the rows."""
+    if thread_ids:
+        yield from refresh_summaries_plan(d, sorted(set(thread_ids)))
 
 
 def insert_rows_plan(

@@ -1,0 +1,224 @@
+"""Delta history as range scans over runs (revision 0008), composed of named parts.
+
+Every checkpoint has a `seq` (insertion order in its namespace) and a `run_start`: a
+checkpoint whose parent is the previous `seq` continues its parent's run, any other starts
+one. The ancestors of a checkpoint within its run are then exactly the `seq` range
+[run_start, seq], so the walk of `delta_sql` (one primary-key chase per ancestor) becomes
+one step per run: `runs` follows the parent pointer of each run's first checkpoint only.
+In each run, a channel's seed is the newest checkpoint of the range holding a stored value
+(one descending index scan that stops there), and its writes are one range of the writes
+index (thread, namespace, channel, seq).
+
+Nothing here trusts the numbers blindly. `checks` compares every range it used with the
+parent pointers (each checkpoint's parent is the one numbered just before it, the range
+has no hole) and asks for the pointer walk of `delta_sql` instead (a `RUNS_FALLBACK` row)
+wherever they disagree, a row has no number (written around the saver, or a write
+committed beside its checkpoint's put on PostgreSQL), or the runs pass more checkpoints
+than the thread holds (a loop, which the pointer walk then reports).
+"""
+
+from __future__ import annotations
+
+from checkpointer.savers.sql.delta_sql import (
+    bit,
+    in_namespace,
+    stored_at,
+    target_sql,
+    walk_bound,
+)
+from checkpointer.savers.sql.dialect import Dialect
+
+RUNS_FALLBACK = -2
+"""Row kind: the ranges cannot be trusted here; walk parent pointers (`delta_sql`)."""
+
+DEPTH_PER_RUN = 1 << 32
+"""A write's depth is run * DEPTH_PER_RUN + its distance from the run's newest checkpoint:
+larger is older, as the pointer walk's depth."""
+
+
+def seed_seq(d: Dialect, i: int, lo: str, hi: str) -> str:
+    """The newest seq in [lo, hi] holding a stored value of channel i (NULL: none)."""
+    return (
+        f"(SELECT c.seq FROM {d.checkpoints} c WHERE {in_namespace(d, 'c')} "
+        f"AND c.seq BETWEEN {lo} AND {hi} AND {stored_at(d, 'c.checkpoint', i)} "
+        "ORDER BY c.seq DESC LIMIT 1)"
+    )
+
+
+def still_looking(d: Dialect, n: int) -> str:
+    """The channels of run `r` that found no seed there: the next run looks for them."""
+    found = " + ".join(
+        f"(CASE WHEN r.s{i} IS NOT NULL THEN {bit(d, i)} ELSE 0 END)" for i in range(n)
+    )
+    return f"(r.mask - ({found}))"
+
+
+def runs_sql(d: Dialect, n: int) -> str:
+    """runs(k, hi, lo, passed, mask, s0..): the k-th run back from the target's parent,
+    its seq range, the checkpoints passed so far, the channels looking for a seed on
+    entering it, and where in it each found one."""
+    seeds = ", ".join(f"s{i}" for i in range(n))
+    first = ", ".join(seed_seq(d, i, "p.run_start", "p.seq") for i in range(n))
+    mask = still_looking(d, n)
+    then = ", ".join(
+        f"CASE WHEN ({mask} & {bit(d, i)}) <> 0 THEN {seed_seq(d, i, 'p.run_start', 'p.seq')} END"
+        for i in range(n)
+    )
+    parent = d.lookup(
+        d.checkpoints,
+        "p",
+        "p.seq, p.run_start",
+        f"{in_namespace(d, 'p')} AND p.checkpoint_id = t.parent_checkpoint_id",
+    )
+    start = d.lookup(
+        d.checkpoints, "b", "b.parent_checkpoint_id", f"{in_namespace(d, 'b')} AND b.seq = r.lo"
+    )
+    up = d.lookup(
+        d.checkpoints,
+        "p",
+        "p.seq, p.run_start",
+        f"{in_namespace(d, 'p')} AND p.checkpoint_id = b.parent_checkpoint_id",
+    )
+    return (
+        f"runs(k, hi, lo, passed, mask, {seeds}) AS ("
+        f"SELECT 0, p.seq, p.run_start, p.seq - p.run_start + 1, {d.bigint(d.p('full'))}, "
+        f"{first} FROM target t {parent} "
+        "UNION ALL "
+        f"SELECT r.k + 1, p.seq, p.run_start, r.passed + p.seq - p.run_start + 1, {mask}, "
+        f"{then} FROM runs r {start} {up} "
+        f"WHERE {mask} <> 0 AND r.passed <= (SELECT bound FROM target))"
+    )
+
+
+def spans_sql(d: Dialect, n: int) -> str:
+    """spans(k, lo, hi): each part of a run some channel read (from its seed, or the whole
+    run), once each."""
+    return " UNION ".join(
+        f"SELECT r.k AS k, coalesce(r.s{i}, r.lo) AS lo, r.hi AS hi FROM runs r "
+        f"WHERE (r.mask & {bit(d, i)}) <> 0"
+        for i in range(n)
+    )
+
+
+def broken_span(d: Dialect) -> str:
+    """Whether span `g` is not a stretch of the parent chain: a hole, a repeated seq, or a
+    checkpoint whose parent is not the one numbered just before it."""
+    return (
+        "EXISTS (SELECT 1 FROM (SELECT c.seq AS seq, c.parent_checkpoint_id AS parent, "
+        "lag(c.seq) OVER (ORDER BY c.seq) AS pseq, "
+        "lag(c.checkpoint_id) OVER (ORDER BY c.seq) AS prev "
+        f"FROM {d.checkpoints} c WHERE {in_namespace(d, 'c')} "
+        "AND c.seq BETWEEN g.lo AND g.hi) x "
+        "WHERE (x.pseq IS NULL AND x.seq <> g.lo) OR (x.pseq IS NOT NULL "
+        "AND (x.pseq <> x.seq - 1 OR x.parent IS NULL OR x.parent <> x.prev)))"
+    )
+
+
+def unnumbered_writes(d: Dialect, i: int) -> str:
+    """Whether channel i has a write without a seq pending on a stored checkpoint."""
+    return (
+        f"EXISTS (SELECT 1 FROM {d.writes} u WHERE {in_namespace(d, 'u')} "
+        f"AND u.channel = {d.p(f'ch{i}')} AND u.seq IS NULL AND EXISTS (SELECT 1 FROM "
+        f"{d.checkpoints} uc WHERE {in_namespace(d, 'uc')} "
+        "AND uc.checkpoint_id = u.checkpoint_id))"
+    )
+
+
+def fallback_row(d: Dialect, condition: str, source: str = "") -> str:
+    return (
+        f"SELECT {RUNS_FALLBACK} AS kind, 0 AS depth, {d.null('text')} AS channel, "
+        f"{d.null('text')} AS task_path, {d.null('text')} AS task_id, {d.null('int')} AS idx, "
+        f"{d.null('text')} AS type, {d.null('bytes')} AS blob, {d.null('text')} AS ref, "
+        f"{d.null('text')} AS ikind, {d.null('text')} AS itext {source}WHERE {condition}"
+    )
+
+
+def checks_sql(d: Dialect, n: int) -> str:
+    """`RUNS_FALLBACK` rows wherever the ranges cannot stand in for the pointer walk."""
+    unnumbered = " OR ".join(unnumbered_writes(d, i) for i in range(n))
+    return " UNION ALL ".join(
+        [
+            fallback_row(
+                d,
+                "r.hi IS NULL OR r.lo IS NULL OR r.lo > r.hi "
+                "OR r.passed > (SELECT bound FROM target)",
+                "FROM runs r ",
+            ),
+            fallback_row(d, broken_span(d), "FROM spans g "),
+            fallback_row(d, f"EXISTS (SELECT 1 FROM runs) AND ({unnumbered})"),
+        ]
+    )
+
+
+def seed_checkpoint(d: Dialect, i: int) -> str:
+    """The checkpoint where channel i found its seed, as `pc`."""
+    return d.lookup(
+        d.checkpoints,
+        "pc",
+        "pc.checkpoint",
+        f"{in_namespace(d, 'pc')} AND pc.seq = r.s{i}",
+    )
+
+
+def blob_seed_sql(d: Dialect, i: int) -> str:
+    """Channel i's seed from a value row at the seed checkpoint's version."""
+    ch = d.p(f"ch{i}")
+    value = d.lookup(
+        d.blobs,
+        "bl",
+        "bl.type, bl.blob, bl.version",
+        f"{in_namespace(d, 'bl')} AND bl.channel = {ch} "
+        f"AND bl.version = {d.version_of('pc.checkpoint', ch)}",
+    )
+    return (
+        f"SELECT 0, r.k, {d.text(ch)}, NULL, NULL, NULL, bl.type, bl.blob, bl.version, "
+        f"NULL, NULL FROM runs r {seed_checkpoint(d, i)} {value} WHERE r.s{i} IS NOT NULL"
+    )
+
+
+def inline_seed_sql(d: Dialect, i: int) -> str:
+    """Channel i's seed kept inline in the seed checkpoint's record."""
+    ch = d.p(f"ch{i}")
+    kind, text = d.inline_value("pc.checkpoint", ch)
+    return (
+        f"SELECT 0, r.k, {d.text(ch)}, NULL, NULL, NULL, NULL, NULL, "
+        f"{d.version_of('pc.checkpoint', ch)}, {kind}, {text} "
+        f"FROM runs r {seed_checkpoint(d, i)} WHERE r.s{i} IS NOT NULL "
+        f"AND {d.inline_has('pc.checkpoint', ch, d.p(f'ik{i}'))}"
+    )
+
+
+def writes_sql(d: Dialect, i: int) -> str:
+    """Channel i's writes in each run it read: one range of the writes index per run."""
+    pending = d.lookup(
+        d.writes,
+        "wr",
+        "wr.task_path, wr.task_id, wr.task_name, wr.channel, wr.type, wr.idx, wr.blob, "
+        "wr.seq, wr.checkpoint_id",
+        f"{in_namespace(d, 'wr')} AND wr.channel = {d.p(f'ch{i}')} "
+        f"AND wr.seq BETWEEN coalesce(r.s{i}, r.lo) AND r.hi",
+    )
+    return (
+        f"SELECT 1, r.k * {d.bigint(str(DEPTH_PER_RUN))} + (r.hi - wr.seq), wr.channel, "
+        f"wr.task_path, {d.task_id_text('wr.task_id')}, wr.idx, wr.type, wr.blob, "
+        f"wr.checkpoint_id, NULL, NULL FROM runs r {pending} "
+        f"WHERE (r.mask & {bit(d, i)}) <> 0"
+    )
+
+
+def delta_runs_sql(d: Dialect, n: int, latest: bool) -> str:
+    """The whole statement for `n` channels, rows as `delta_sql.ROW_COLUMNS`: the check
+    rows first, then seeds, then writes oldest first (per checkpoint in (task_path,
+    task_id, idx) order)."""
+    if d.json_guarded:  # reading around damaged records: the pointer walk names them
+        return fallback_row(d, "1 = 1")
+    parts = [checks_sql(d, n)]
+    parts += [blob_seed_sql(d, i) for i in range(n)]
+    parts += [inline_seed_sql(d, i) for i in range(n)]
+    parts += [writes_sql(d, i) for i in range(n)]
+    return (
+        f"WITH RECURSIVE target AS ({target_sql(d, latest, walk_bound(d))}), "
+        f"{runs_sql(d, n)}, spans AS ({spans_sql(d, n)}) "
+        + " UNION ALL ".join(parts)
+        + " ORDER BY 1, 2 DESC, 4, 5, 6"
+    )

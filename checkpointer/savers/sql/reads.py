@@ -1,0 +1,341 @@
+"""The read path: `get_tuple` and `list` pages as one statement each (checkpoints, their
+values and pending writes), and `decode_tuples`, which turns the rows into tuples."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from checkpointer.savers.base import (
+    validate_limit,
+    validate_metadata_filter,
+)
+from checkpointer.savers.sql.dialect import Dialect
+from checkpointer.savers.sql.inline import serde_inlines
+from checkpointer.savers.sql.plan import Row, Stmt
+from checkpointer.savers.sql.record_seal import record_verifier
+from checkpointer.savers.sql.records import (
+    decode_checkpoint,
+    decode_metadata,
+    inline_loader,
+    write_value,
+)
+from checkpointer.serde import Serializer
+from checkpointer.serde.located import ValueLocation, batch_loader, is_located, load_at
+from checkpointer.types import (
+    CheckpointTuple,
+    PendingWrite,
+    RunnableConfig,
+    checkpoint_id_of,
+    checkpoint_ns_of,
+    config_address,
+    make_config,
+    thread_id_of,
+)
+
+_TUPLE_COLUMNS = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata"
+)
+
+
+def _tuples_sql(d: Dialect, page_sql: str) -> str:
+    """Checkpoints selected by `page_sql` (which also selects `page_limit`), their blobs
+    and their pending writes, in one statement: a UNION ALL of three row kinds, see
+    `decode_tuples`. Each checkpoint gets a number, `k`, in page order; its blob and write
+    rows carry only that, not its three key strings. Unordered: sorting would push every
+    value through a temporary B-tree (a whole chat history per checkpoint);
+    `decode_tuples` groups the rows instead."""
+    return (
+        "WITH t AS MATERIALIZED (SELECT q.*, row_number() OVER (ORDER BY q.checkpoint_id DESC, "
+        f"q.thread_id DESC, q.checkpoint_ns DESC) AS k FROM ({page_sql}) q) "
+        "SELECT t.k, 0 AS kind, t.thread_id AS a, t.checkpoint_ns AS b, t.checkpoint_id AS c, "
+        f"t.parent_checkpoint_id AS d, {d.typed('t.page_limit', 'bigint')} AS n, "
+        f"{d.null('bytes')} AS data, t.checkpoint AS rec, t.metadata AS meta FROM t "
+        "UNION ALL "
+        f"SELECT t.k, 1, bl.channel, {d.versions_value('v')}, NULL, bl.type, NULL, bl.blob, "
+        f"NULL, NULL FROM t {d.versions_join('t.checkpoint', 'v')} "
+        + d.lookup(
+            d.blobs,
+            "bl",
+            "bl.channel, bl.type, bl.blob",
+            "bl.thread_id = t.thread_id AND bl.checkpoint_ns = t.checkpoint_ns "
+            f"AND bl.channel = v.key AND bl.version = {d.versions_value('v')}",
+        )
+        + " "
+        "UNION ALL "
+        f"SELECT t.k, 2, w.task_path, {d.task_id_text('w.task_id')}, w.channel, w.type, "
+        "w.idx, w.blob, NULL, NULL FROM t "
+        + d.lookup(
+            d.writes,
+            "w",
+            "w.task_path, w.task_id, w.task_name, w.channel, w.type, w.idx, w.blob",
+            "w.thread_id = t.thread_id AND w.checkpoint_ns = t.checkpoint_ns "
+            "AND w.checkpoint_id = t.checkpoint_id",
+        )
+    )
+
+
+def get_tuple_stmt(d: Dialect, config: RunnableConfig) -> Stmt:
+    thread_id, ns, checkpoint_id = config_address(config)
+    params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id is not None:
+        params["checkpoint_id"] = checkpoint_id
+
+    def build() -> str:
+        page = (
+            f"SELECT {_TUPLE_COLUMNS}, 1 AS page_limit FROM {d.checkpoints} "
+            f"WHERE thread_id = {d.p('thread_id')} AND checkpoint_ns = {d.p('checkpoint_ns')} "
+        )
+        if checkpoint_id is None:
+            page += "ORDER BY checkpoint_id DESC LIMIT 1"
+        else:
+            page += f"AND checkpoint_id = {d.p('checkpoint_id')}"
+        return _tuples_sql(d, page)
+
+    return Stmt(d.sql(("get_tuple", checkpoint_id is None), build), params, fetch=True)
+
+
+@dataclass(slots=True)
+class ListQuery:
+    """`list()` arguments, validated once and turned into WHERE clauses per page."""
+
+    thread_id: str | None = None
+    checkpoint_ns: str | None = None
+    checkpoint_id: str | None = None
+    before_id: str | None = None
+    filter: dict[str, Any] = field(default_factory=dict)
+    limit: int | None = None
+
+    @classmethod
+    def from_args(
+        cls,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> ListQuery:
+        query = cls(filter=validate_metadata_filter(filter))
+        if config is not None:
+            query.thread_id = thread_id_of(config)
+            if "checkpoint_ns" in config["configurable"]:
+                query.checkpoint_ns = checkpoint_ns_of(config)
+            query.checkpoint_id = checkpoint_id_of(config)
+        if before is not None:
+            query.before_id = checkpoint_id_of(before)
+        query.limit = validate_limit(limit)
+        return query
+
+
+LIST_PAGE_BYTES = 64 * 1024 * 1024
+"""About the most one `list()` page holds in values: pages are bounded by bytes as well
+as by `page_size`. A thread that fits is listed in one statement, whatever its checkpoint
+count (a long thread of small checkpoints costs one round trip, not one per `page_size`);
+a bigger one in pages of as many checkpoints as fit. What a checkpoint weighs comes from
+the thread summary (stored bytes per checkpoint) and from the values the thread's head
+references (a large value shared by every checkpoint is in every one of them); across
+threads, from all summaries."""
+
+
+def _least(a: str, b: str) -> str:
+    return f"(CASE WHEN {a} < {b} THEN {a} ELSE {b} END)"
+
+
+def _greatest(a: str, b: str) -> str:
+    return f"(CASE WHEN {a} > {b} THEN {a} ELSE {b} END)"
+
+
+def list_page_stmt(
+    d: Dialect,
+    query: ListQuery,
+    after: tuple[str, str, str] | None,
+    page_size: int,
+    remaining: int | None = None,
+) -> Stmt:
+    """One page of `list()`, newest first; `after` is the last (id, thread, ns) seen.
+
+    The page holds at most `page_size` checkpoints and about `LIST_PAGE_BYTES` of values
+    (at least one checkpoint), or a whole thread that fits in that many bytes (per its
+    summary row) up to `remaining`. Each checkpoint row carries the limit the page used
+    (`page_limit_of`), so the caller knows when it is the last page."""
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": page_size}
+    if query.thread_id is not None:
+        where.append(f"thread_id = {d.p('thread_id')}")
+        params["thread_id"] = query.thread_id
+    if query.checkpoint_ns is not None:
+        where.append(f"checkpoint_ns = {d.p('checkpoint_ns')}")
+        params["checkpoint_ns"] = query.checkpoint_ns
+    if query.checkpoint_id is not None:
+        where.append(f"checkpoint_id = {d.p('checkpoint_id')}")
+        params["checkpoint_id"] = query.checkpoint_id
+    if query.before_id is not None:
+        where.append(f"checkpoint_id < {d.p('before_id')}")
+        params["before_id"] = query.before_id
+    if after is not None:
+        where.append(
+            "(checkpoint_id, thread_id, checkpoint_ns) < "
+            f"({d.p('after_id')}, {d.p('after_thread')}, {d.p('after_ns')})"
+        )
+        params["after_id"], params["after_thread"], params["after_ns"] = after
+    for i, (key, value) in enumerate(query.filter.items()):
+        key_param, value_param = d.metadata_filter_params(key, value)
+        params[f"fk{i}"], params[f"fv{i}"] = key_param, value_param
+        where.append(d.metadata_filter("metadata", f"fk{i}", f"fv{i}", value))
+
+    whole_thread = query.thread_id is not None
+    params["page_bytes"] = LIST_PAGE_BYTES
+    if whole_thread:
+        params["cap"] = remaining if remaining is not None else 2**62
+
+    def build() -> str:
+        limit = d.typed(d.p("limit"), "bigint")
+        page_bytes = d.typed(d.p("page_bytes"), "bigint")
+        if whole_thread:
+            # What one checkpoint weighs: the thread's average, or what its head's values
+            # weigh if more (a value every checkpoint shares counts in every one).
+            head = (
+                f"(SELECT coalesce(sum({d.size('hb.blob')}), 0) FROM {d.checkpoints} h "
+                f"{d.versions_join('h.checkpoint', 'hv')} JOIN {d.blobs} hb ON "
+                "hb.thread_id = h.thread_id AND hb.checkpoint_ns = h.checkpoint_ns AND "
+                f"hb.channel = hv.key AND hb.version = {d.versions_value('hv')} WHERE "
+                f"h.thread_id = {d.p('thread_id')} AND h.checkpoint_ns = '' AND "
+                "h.checkpoint_id = s.head_checkpoint_id)"
+            )
+            weight = _greatest(
+                _greatest("(s.bytes / " + _greatest("s.checkpoint_count", "1") + ")", head), "1"
+            )
+            # One more than the summary's count: a whole thread then comes back short of the
+            # limit and ends the listing; a stale count only costs another page.
+            cap = d.typed(d.p("cap"), "bigint")
+            limit = (
+                "coalesce((SELECT CASE WHEN z.fit >= z.n THEN (CASE WHEN z.n > "
+                f"{limit} THEN {_least('z.n', cap)} ELSE {limit} END) "
+                f"ELSE {_greatest('1', _least('z.fit', limit))} END FROM (SELECT "
+                f"s.checkpoint_count + 1 AS n, {page_bytes} / {weight} AS fit "
+                f"FROM {d.threads} s WHERE s.thread_id = {d.p('thread_id')}) z), {limit})"
+            )
+        else:
+            count = _greatest("coalesce(sum(a.checkpoint_count), 0)", "1")
+            everyone = f"(SELECT coalesce(sum(a.bytes), 0) / {count} FROM {d.threads} a)"
+            limit = _greatest("1", _least(f"({page_bytes} / {_greatest(everyone, '1')})", limit))
+        page = f"SELECT {_TUPLE_COLUMNS}, {limit} AS page_limit FROM {d.checkpoints}"
+        if where:
+            page += " WHERE " + " AND ".join(where)
+        page += " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC "
+        page += f"LIMIT {limit}"
+        return _tuples_sql(d, page)
+
+    # The WHERE clauses are fixed text per shape; every value in them is a parameter.
+    return Stmt(d.sql(("list", whole_thread, *where), build), params, fetch=True)
+
+
+def page_limit_of(rows: Sequence[Row]) -> int | None:
+    """The checkpoint limit a page of `list_page_stmt` used (None: the page is empty)."""
+    for row in rows:
+        if row[1] == 0:
+            return int(row[6])
+    return None
+
+
+def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterator[CheckpointTuple]:
+    """Rows of `_tuples_sql` to tuples, newest first, one at a time: a checkpoint that
+    cannot be read raises only when it is reached, so `list()` still yields every newer one
+    first.
+
+    Row: (k, kind, a, b, c, d, n, data, rec, meta): `k` numbers the checkpoint in the page;
+    kind 0 is the checkpoint (a, b, c = thread, ns, id; d = parent id; n = page limit), 1 a
+    blob (a = channel, b = version, d = type), 2 a pending write (a = task_path, b = task_id,
+    c = channel, d = type, n = idx). The rows come in any order: they are grouped per
+    checkpoint here, writes in the order they were applied.
+    """
+    heads: list[Row] = []
+    blobs_of: dict[int, list[Row]] = {}
+    writes_of: dict[int, list[Row]] = {}
+    for row in rows:
+        kind = row[1]
+        if kind == 0:
+            heads.append(row)
+            continue
+        groups = blobs_of if kind == 1 else writes_of
+        group = groups.get(row[0])
+        if group is None:
+            groups[row[0]] = [row]
+        else:
+            group.append(row)
+    heads.sort(key=_page_order)
+    located = is_located(serde)
+    # Values decode through the batch loader when there is one; a value it cannot read
+    # goes through `read`, which names where the value is.
+    fast = batch_loader(serde)
+    read = partial(load_at, serde)
+    none: list[Row] = []
+    takes_inline = serde_inlines(serde)
+
+    for head in heads:
+        thread_id, ns, checkpoint_id, parent_id = head[2], head[3], head[4], head[5]
+        where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        blob_rows = blobs_of.get(head[0], none)
+        write_rows = writes_of.get(head[0], none)
+        values: dict[str, Any] = {}
+        if len(blob_rows) > 1:
+            blob_rows.sort(key=_by_channel)
+        for row in blob_rows:
+            channel, version = row[2], row[3]
+            data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
+            if fast is not None:
+                try:
+                    values[channel] = fast(data)
+                    continue
+                except Exception:
+                    pass
+            values[channel] = read(
+                data,
+                ValueLocation.blob(thread_id, ns, channel, version) if located else None,
+                **where,
+                channel=channel,
+                version=version,
+            )
+        writes: list[PendingWrite] = []
+        if len(write_rows) > 1:
+            write_rows.sort(key=_applied_order)
+        for row in write_rows:
+            task_id, idx = d.decode_write_key(row[3], row[6])
+            channel = row[4]
+            data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
+            value = write_value(
+                fast, read, located, data, thread_id, ns, checkpoint_id, task_id, idx, channel
+            )
+            writes.append((task_id, channel, value))
+        yield CheckpointTuple(
+            config=make_config(thread_id, ns, checkpoint_id),
+            checkpoint=decode_checkpoint(
+                head[8],
+                checkpoint_id,
+                values,
+                where,
+                None if takes_inline else inline_loader(serde, thread_id, ns, where),
+                record_verifier(serde, thread_id, ns, checkpoint_id, parent_id)
+                if located
+                else None,
+            ),
+            metadata=decode_metadata(head[9], where),
+            parent_config=(
+                make_config(thread_id, ns, parent_id) if parent_id is not None else None
+            ),
+            pending_writes=writes,
+        )
+
+
+def _page_order(row: Row) -> int:
+    return int(row[0])
+
+
+def _by_channel(row: Row) -> str:
+    return str(row[2])
+
+
+def _applied_order(row: Row) -> tuple[str, str, int]:
+    """(task_path, stored task id, stored idx): the order the runtime applied them in."""
+    return (row[2], row[3], row[6])

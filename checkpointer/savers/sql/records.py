@@ -1,0 +1,207 @@
+"""Checkpoint records and metadata as the checkpoints table stores them (JSON), and the
+checked decoding of both; the value decoders shared by reads and delta history."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from checkpointer.errors import (
+    CorruptValueError,
+    SerializationError,
+)
+from checkpointer.savers.base import (
+    dumps_json,
+    metadata_counters_as_pairs,
+)
+from checkpointer.savers.metadata import unescape_json_value
+from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
+from checkpointer.savers.sql.inline import (
+    read_inline,
+    stored_form,
+)
+from checkpointer.savers.sql.record_seal import SEAL_KEY
+from checkpointer.serde import Serializer
+from checkpointer.serde.located import ValueLocation, is_located, load_at
+from checkpointer.types import (
+    Checkpoint,
+    CheckpointMetadata,
+)
+
+
+def encode_record(
+    checkpoint: Checkpoint,
+    inline: Mapping[str, Any] | None = None,
+    seal: Callable[[Mapping[str, Any]], list[str]] | None = None,
+) -> str:
+    """The checkpoint minus its values (and its id, which is a column), as JSON text, with
+    the small scalar values `inline` (see `inline.py`) if any, and the record's seal
+    (`record_seal.py`) when `seal` is given."""
+    record: dict[str, Any] = {
+        k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")
+    }
+    if inline:
+        record[INLINE_KEY] = inline
+    try:
+        if seal is not None:
+            record[SEAL_KEY] = seal(record)
+        return record_json(record)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"checkpoint record is not JSON-serializable: {exc}") from exc
+
+
+def record_json(record: Mapping[str, Any]) -> str:
+    """A checkpoint record as every write stores it: compact JSON in key order, except
+    that inline values come first (SQLite's delta walk looks for them at the start of the
+    text only, see `SqliteDialect.inline_has`)."""
+    if INLINE_KEY in record:
+        record = {INLINE_KEY: record[INLINE_KEY], **record}
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def encode_metadata(metadata: Mapping[str, Any]) -> str:
+    return dumps_json(dict(metadata))
+
+
+def json_value(value: Any) -> Any:
+    """jsonb comes back parsed (psycopg); SQLite gives text."""
+    if isinstance(value, str | bytes):
+        return json.loads(value)
+    return value
+
+
+Where = Mapping[str, str | None]
+"""The location fields of a `CorruptValueError` (thread_id, checkpoint_ns, checkpoint_id)."""
+
+_VERSION_TYPES = frozenset((str, int, float))
+_STR = frozenset((str,))
+_NO_WHERE: Where = {}
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
+        type(value), "null" if value is None else "number"
+    )
+
+
+def json_object(value: Any, what: str, where: Where) -> dict[str, Any]:
+    """A JSON column as a dict, or CorruptValueError naming the record: the row was written
+    around the saver (or damaged), and must not surface as a JSON or attribute error."""
+    if isinstance(value, str | bytes):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptValueError(f"{what} is not valid JSON ({exc})", **where) from exc
+    if type(value) is not dict:
+        raise CorruptValueError(f"{what} is not a JSON object (got {_json_type(value)})", **where)
+    return value
+
+
+def _is_versions(value: Any) -> bool:
+    """A {channel: version} object (a version is a string or a number). The checks run in
+    C (`map`, `issuperset`): these records are decoded on every read."""
+    return type(value) is dict and _VERSION_TYPES.issuperset(map(type, value.values()))
+
+
+def decode_metadata(value: Any, where: Where = _NO_WHERE) -> CheckpointMetadata:
+    """The metadata column, checked for the one field the savers rely on (counters of the
+    delta channels: an object of pairs); CorruptValueError otherwise. jsonb arrives parsed,
+    with PostgreSQL's NUL escapes undone here (SQLite's text holds NUL as it is)."""
+    if not isinstance(value, str | bytes):
+        value = unescape_json_value(value)
+    return metadata_counters_as_pairs(json_object(value, "metadata", where), where)  # type: ignore[return-value]
+
+
+def decode_checkpoint(
+    record: Any,
+    checkpoint_id: str,
+    values: dict[str, Any],
+    where: Where = _NO_WHERE,
+    load_inline: Callable[[str, Any, Mapping[str, Any]], Any] | None = None,
+    verify: Callable[[dict[str, Any]], None] | None = None,
+) -> Checkpoint:
+    """The checkpoint column plus its id and values: the value rows' `values` and the
+    record's inline ones (read through `load_inline` when given). Type checks only, one
+    level deep (on the hot path of every read): a record of the wrong shape is a
+    CorruptValueError naming the field, not a TypeError somewhere in the runtime later."""
+    fields = json_object(record, "checkpoint record", where)
+    if verify is not None:  # a located serializer: check (and drop) the record's seal
+        verify(fields)
+    elif SEAL_KEY in fields:
+        del fields[SEAL_KEY]
+    inline = read_inline(fields, where, load_inline)
+    if inline:
+        for channel, value in inline.items():
+            values.setdefault(channel, value)
+    versions = fields.setdefault("channel_versions", {})
+    if not _is_versions(versions):
+        raise CorruptValueError("checkpoint record channel_versions is malformed", **where)
+    seen = fields.setdefault("versions_seen", {})
+    if type(seen) is not dict or not all(map(_is_versions, seen.values())):
+        raise CorruptValueError("checkpoint record versions_seen is malformed", **where)
+    updated = fields.setdefault("updated_channels", None)
+    if updated is not None and (
+        type(updated) is not list or not _STR.issuperset(map(type, updated))
+    ):
+        raise CorruptValueError("checkpoint record updated_channels is malformed", **where)
+    fields["id"] = checkpoint_id
+    fields["channel_values"] = values
+    return fields  # type: ignore[return-value]
+
+
+def version_text(version: Any) -> str:
+    """The text form of a channel version, as the blob key stores it."""
+    return str(version)
+
+
+def inline_loader(
+    serde: Serializer, thread_id: str, ns: str, where: Where
+) -> Callable[[str, Any, Mapping[str, Any]], Any]:
+    """Reads a record's inline values through a serializer that does not keep values
+    inline (encryption): each as the value row it stands for, at that row's location, so a
+    serializer refusing plaintext refuses it."""
+    located = is_located(serde)
+
+    def load(channel: str, value: Any, versions: Mapping[str, Any]) -> Any:
+        version = version_text(versions.get(channel))
+        location = ValueLocation.blob(thread_id, ns, channel, version) if located else None
+        return load_at(serde, stored_form(value), location, **where, channel=channel)
+
+    return load
+
+
+def write_value(
+    fast: Callable[[tuple[str, bytes]], Any] | None,
+    read: Callable[..., Any],
+    located: bool,
+    data: tuple[str, bytes],
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    idx: int,
+    channel: str,
+) -> Any:
+    """A pending write's value: through the batch loader `fast` when there is one, else
+    (or when it fails) through `read` at the write's location, whose error names it. Plain
+    arguments, no dicts: this runs for every write of a history or a page."""
+    if fast is not None:
+        try:
+            return fast(data)
+        except Exception:
+            pass
+    location = (
+        ValueLocation.write(thread_id, ns, checkpoint_id, task_id, idx, channel)
+        if located
+        else None
+    )
+    return read(
+        data,
+        location,
+        thread_id=thread_id,
+        checkpoint_ns=ns,
+        checkpoint_id=checkpoint_id,
+        channel=channel,
+        task_id=task_id,
+    )

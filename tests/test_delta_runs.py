@@ -1,0 +1,263 @@
+"""Delta history by runs (revision 0008, `savers/sql/delta_runs.py`) answers exactly as
+the in-memory saver's pointer walk: random trees of puts, forks, writes that arrive
+before their checkpoint, stored values (None included) and unchanged channels. The range
+statement must answer on its own for threads the saver wrote, and fall back to the
+pointer walk, with the same answer, where the numbers cannot be trusted."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkpointer.errors import CorruptHistoryError
+from checkpointer.ids import new_checkpoint_id, task_id_for
+from checkpointer.savers.memory import InMemorySaver
+from checkpointer.savers.migrate import migrate
+from checkpointer.savers.sql import saver as saver_module
+from checkpointer.savers.sqlite import SqliteSaver
+from checkpointer.types import empty_checkpoint, make_config
+from tests.conftest import PG_URL, drop_schema, require_postgres
+from tests.old_schema import back_to_0007
+
+CHANNELS = ("m", "n")
+
+
+@st.composite
+def trees(draw: Any) -> list[dict[str, Any]]:
+    """Steps: each puts one checkpoint under a random earlier one (or a new root), after
+    the writes of a task on its parent, and sometimes writes pending on it before it is
+    stored. Per channel: a new version or the parent's, and whether a value is stored."""
+    count = draw(st.integers(min_value=1, max_value=14))
+    steps = []
+    for number in range(count):
+        parent = None if number == 0 else draw(st.integers(0, number - 1) | st.none())
+        if number > 0 and parent is None and draw(st.booleans()):
+            parent = number - 1  # mostly chains, so runs are long
+        channels = {}
+        for channel in CHANNELS:
+            channels[channel] = (
+                draw(st.booleans()),  # a new version
+                draw(st.sampled_from(["none", "value", "null"])),  # what is stored
+                draw(st.lists(st.integers(0, 9), max_size=2)),  # writes on the parent
+            )
+        steps.append(
+            {
+                "parent": parent,
+                "channels": channels,
+                "early": draw(st.lists(st.sampled_from(CHANNELS), max_size=2)),
+            }
+        )
+    return steps
+
+
+def drive(saver: Any, steps: list[dict[str, Any]], thread: str, ids: list[str]) -> list[Any]:
+    """Put the tree; the config of every checkpoint, in put order."""
+    configs: list[Any] = []
+    versions_of: list[dict[str, str]] = []
+    counter = itertools.count(1)
+    for number, step in enumerate(steps):
+        parent = step["parent"]
+        parent_config = make_config(thread) if parent is None else configs[parent]
+        versions = {} if parent is None else dict(versions_of[parent])
+        if parent is not None:
+            for channel, (_, _, values) in step["channels"].items():
+                writes = [(channel, v) for v in values]
+                if writes:
+                    saver.put_writes(parent_config, writes, task_id_for(number, channel))
+        own = make_config(thread, "", ids[number])
+        for i, channel in enumerate(step["early"]):  # pending on a checkpoint not stored yet
+            saver.put_writes(own, [(channel, f"early-{number}-{i}")], task_id_for(number, "x"))
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = ids[number]
+        new_versions = {}
+        for channel, (bump, stored, _) in step["channels"].items():
+            if bump or channel not in versions:
+                versions[channel] = f"{number:03d}.{next(counter)}"
+                new_versions[channel] = versions[channel]
+                if stored != "none":
+                    value = None if stored == "null" else [channel, number]
+                    checkpoint["channel_values"][channel] = value
+        checkpoint["channel_versions"] = dict(versions)
+        configs.append(saver.put(parent_config, checkpoint, {"step": number}, new_versions))
+        versions_of.append(versions)
+    return configs
+
+
+@contextmanager
+def walks_counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many histories the saver read by the pointer walk instead of by runs."""
+    walks = [0]
+    original = saver_module.delta_history_stmt
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        walks[0] += 1
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(saver_module, "delta_history_stmt", counted)
+        yield walks
+
+
+def histories(saver: Any, configs: list[Any]) -> list[Any]:
+    return [saver.get_delta_channel_history(config=c, channels=CHANNELS) for c in configs]
+
+
+_counter = itertools.count()
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@SETTINGS
+@given(steps=trees())
+def test_sqlite_runs_answer_as_the_memory_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: list[Any]
+) -> None:
+    ids = [new_checkpoint_id() for _ in steps]
+    want = histories(memory := InMemorySaver(), drive(memory, steps, "t", ids))
+    path = tmp_path / f"runs-{next(_counter)}.db"
+    with SqliteSaver.from_conn_string(str(path)) as sqlite:
+        configs = drive(sqlite, steps, "t", ids)
+        sqlite.copy_thread("t", "copy")
+        copies = [make_config("copy", "", c["configurable"]["checkpoint_id"]) for c in configs]
+        with walks_counted(monkeypatch) as walks:
+            assert histories(sqlite, configs) == want
+            assert histories(sqlite, copies) == want  # a copy keeps its numbers
+        assert walks == [0]  # every history came from the ranges
+        # Numbers that cannot be trusted: the pointer walk answers, the same.
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE checkpointer_checkpoints SET seq = NULL WHERE rowid % 3 = 0")
+        assert histories(sqlite, configs) == want
+
+
+@pytest.fixture(scope="module")
+def pg_saver() -> Iterator[Any]:
+    from checkpointer.savers.postgres import PostgresSaver
+
+    require_postgres()
+    schema = f"cp_runs_{next(_counter)}_{new_checkpoint_id()[:8]}"
+    try:
+        with PostgresSaver.from_conn_string(PG_URL, schema=schema, pool=False) as saver:
+            yield saver
+    finally:
+        drop_schema(schema)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=trees())
+def test_postgres_runs_answer_as_the_memory_walk(
+    pg_saver: Any, monkeypatch: pytest.MonkeyPatch, steps: list[Any]
+) -> None:
+    ids = [new_checkpoint_id() for _ in steps]
+    thread = f"t{next(_counter)}"
+    want = histories(memory := InMemorySaver(), drive(memory, steps, thread, ids))
+    configs = drive(pg_saver, steps, thread, ids)
+    with walks_counted(monkeypatch) as walks:
+        assert histories(pg_saver, configs) == want
+    assert walks == [0]
+
+
+def test_a_loop_inside_a_run_is_refused(tmp_path: Path) -> None:
+    """A parent pointer edited around the saver, inside a run: the ranges no longer match
+    the pointers, so the pointer walk runs and reports the loop."""
+    steps = [
+        {"parent": i - 1 if i else None, "channels": _no_seed(), "early": []} for i in range(6)
+    ]
+    ids = [new_checkpoint_id() for _ in steps]
+    path = tmp_path / "loop.db"
+    with SqliteSaver.from_conn_string(str(path)) as sqlite:
+        configs = drive(sqlite, steps, "t", ids)
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE checkpointer_checkpoints SET parent_checkpoint_id = ? "
+                "WHERE checkpoint_id = ?",
+                (ids[4], ids[2]),
+            )
+        with pytest.raises(CorruptHistoryError):
+            sqlite.get_delta_channel_history(config=configs[-1], channels=CHANNELS)
+
+
+def _no_seed() -> dict[str, Any]:
+    return {channel: (True, "none", [1]) for channel in CHANNELS}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_upgrade_from_0007_numbers_old_threads(kind: str, tmp_path: Path) -> None:
+    """Threads written at 0007 (no numbers) read as before the upgrade, by runs after it
+    (the migration numbers them), and go on by runs with new checkpoints."""
+    from checkpointer.savers.postgres import PostgresSaver
+
+    steps = [
+        {"parent": parent, "channels": channels, "early": early}
+        for parent, channels, early in [
+            (None, {"m": (True, "value", []), "n": (True, "none", [])}, []),
+            (0, {"m": (True, "none", [1, 2]), "n": (True, "null", [3])}, ["m"]),
+            (1, {"m": (True, "none", [4]), "n": (False, "none", [5])}, []),
+            (1, {"m": (False, "value", [6]), "n": (True, "none", [])}, ["n"]),  # a fork
+            (3, {"m": (True, "none", [7]), "n": (True, "none", [8, 9])}, []),
+            (2, {"m": (True, "none", [0]), "n": (True, "value", [1])}, ["m"]),
+        ]
+    ]
+    ids = [new_checkpoint_id() for _ in steps]
+    more = [new_checkpoint_id() for _ in steps]
+    want = histories(memory := InMemorySaver(), drive(memory, steps, "t", ids))
+    memory_more = drive(memory, steps, "u", more)
+    schema = None if kind == "sqlite" else f"cp_up_{new_checkpoint_id()[:8]}"
+    url = f"sqlite:///{tmp_path / 'old.db'}" if schema is None else PG_URL
+
+    def open_saver() -> Any:
+        if schema is None:
+            return SqliteSaver.from_conn_string(str(tmp_path / "old.db"), setup=False)
+        return PostgresSaver.from_conn_string(PG_URL, schema=schema, pool=False, setup=False)
+
+    def execute(sql: str) -> None:
+        if schema is None:
+            with sqlite3.connect(tmp_path / "old.db") as conn:
+                conn.execute(sql)
+        else:
+            import psycopg
+
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(sql)
+
+    if schema is not None:
+        require_postgres()
+    try:
+        migrate(url, schema=schema)
+        with open_saver() as saver:
+            configs = drive(saver, steps, "t", ids)
+            before = [t.checkpoint for t in saver.list(make_config("t"))]
+        back_to_0007(execute, schema)
+        migrate(url, schema=schema)
+        with open_saver() as saver, pytest.MonkeyPatch.context() as patch:
+            walks = [0]
+            original = saver_module.delta_history_stmt
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                walks[0] += 1
+                return original(*args, **kwargs)
+
+            patch.setattr(saver_module, "delta_history_stmt", counted)
+            assert histories(saver, configs) == want
+            assert [t.checkpoint for t in saver.list(make_config("t"))] == before
+            assert walks == [0]  # numbered by the migration
+            configs_more = drive(saver, steps, "u", more)
+            assert histories(saver, configs_more) == histories(memory, memory_more)
+            assert walks == [0]
+    finally:
+        if schema is not None:
+            drop_schema(schema)
