@@ -128,3 +128,56 @@ def test_a_plain_msgpack_serializer_reads_compressed_values() -> None:
     stored = CompressingSerializer(threshold=16).dumps_typed(value)
     assert stored[0].endswith("+zstd")
     assert MsgpackSerializer().loads_typed(stored) == value
+
+
+# Written by the previous default (zstd level 3, before level 1 became the default): a value
+# stored then must read back the same through every reader, whatever its level.
+LEVEL_3_VALUE = {
+    "messages": [{"speaker": "tool", "content": "hello world " * 120, "id": "m-1", "turn": 1}],
+    "turn": (1, 2),
+}
+LEVEL_3_STORED = (
+    "msgpack+zstd",
+    bytes.fromhex(
+        "28b52ffd64dc04750200340482a86d657373616765739184a7737065616b6572a4746f6f6ca7636f6e74"
+        "656e74da05a068656c6c6f20776f726c6420a26964a36d2d31a47475726e0193c700020102020029c287"
+        "c8fe1728ad12691e"
+    ),
+)
+
+
+def test_values_written_at_the_previous_level_read_back(tmp_path: Path) -> None:
+    assert load_typed(MsgpackSerializer(), LEVEL_3_STORED) == LEVEL_3_VALUE
+    assert CompressingSerializer().loads_typed(LEVEL_3_STORED) == LEVEL_3_VALUE
+    assert MsgpackSerializer().fast_loader()(LEVEL_3_STORED) == LEVEL_3_VALUE
+    # Today's default writes level 1 frames that any level reads; the format is the same.
+    tag, data = CompressingSerializer().dumps_typed(LEVEL_3_VALUE)
+    assert tag == LEVEL_3_STORED[0]
+    assert decompress(data) == decompress(LEVEL_3_STORED[1])
+    assert compress(decompress(data), 3) == LEVEL_3_STORED[1]
+
+
+def test_reused_zstd_contexts_recover_from_bad_frames_and_serve_each_thread() -> None:
+    import threading
+
+    good = compress(b"x" * 5000)
+    for bad in (b"not a frame", good[:-3], good[:10]):
+        with pytest.raises(DeserializationError):
+            decompress(bad)
+        assert decompress(good) == b"x" * 5000
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(200):
+                payload = bytes([n]) * (1000 + i)
+                assert decompress(compress(payload, 1 + n % 3)) == payload
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors

@@ -592,13 +592,21 @@ MOVES = [
 ]
 
 
+@pytest.mark.parametrize("read_first", [False, True], ids=["cold", "read-before-move"])
 @pytest.mark.parametrize("move", MOVES)
-def test_ciphertext_moved_to_another_row_does_not_decrypt(store: Store, move: str) -> None:
+def test_ciphertext_moved_to_another_row_does_not_decrypt(
+    store: Store, move: str, read_first: bool
+) -> None:
     """Valid ciphertext of this very key, put into another row, is refused where it is read,
-    with an error naming that row; the rows it was not put into stay readable."""
+    with an error naming that row; the rows it was not put into stay readable. Read once
+    before the move too: what a saver keeps of earlier reads (its value cache) never serves
+    a value that would not decrypt where it now is."""
     saver = store.open(enc())
     _run(saver, "t")
     _run(saver, "other")
+    if read_first:
+        assert _states(saver, "t") and _states(saver, "t")
+        assert len(getattr(saver, "value_cache", ())) == 0  # ciphertext is never cached
     victim, data = _pick_move(list(iter_stored_values(saver)), move)
     _overwrite(store, victim, data)
     read: list[Any] = []

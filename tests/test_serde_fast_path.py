@@ -30,6 +30,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from checkpointer.channels import DeltaSnapshot, Overwrite
 from checkpointer.errors import DeserializationError
 from checkpointer.serde import MsgpackSerializer
 from checkpointer.serde import fast_path as fp
@@ -97,7 +98,7 @@ def assert_identical(a: Any, b: Any) -> None:
         assert type(x) is type(y), f"{path}: {type(x).__name__} != {type(y).__name__}"
         if type(x) is float:
             assert struct.pack(">d", x) == struct.pack(">d", y), f"{path}: {x!r} != {y!r}"
-        elif type(x) in (list, tuple):
+        elif type(x) is list or isinstance(x, tuple):
             assert len(x) == len(y), path
             stack.extend((i, j, f"{path}[{n}]") for n, (i, j) in enumerate(zip(x, y)))
         elif type(x) is dict:
@@ -202,6 +203,40 @@ def test_stored_values_load_the_same_on_both_paths(value: Any) -> None:
     assert_same_outcome(*both_paths(SER.fast_loader, data))
     if data[0] == "msgpack" and is_plain(value):
         assert fp._load_plain(data[1]) is not fp._NOT_PLAIN  # the fast path was taken
+
+
+_hashable = (
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
+) | st.text()
+"""Set items that compare equal to themselves (a set holding nan never equals another)."""
+wrapped_values: st.SearchStrategy[Any] = st.recursive(
+    pure_values
+    | st.lists(pure_values, max_size=5).map(tuple)
+    | st.sets(_hashable, max_size=5)
+    | st.frozensets(_hashable, max_size=5),
+    lambda inner: st.builds(DeltaSnapshot, inner) | st.builds(Overwrite, inner),
+    max_leaves=3,
+)
+"""Markers around plain data: the fast path must take them too (wrapper peeled, payload
+read by ormsgpack), unless the tuple/set/frozenset is empty."""
+
+
+@PROPERTY
+@given(wrapped_values)
+def test_wrapped_plain_values_take_the_fast_path(value: Any) -> None:
+    data = SER.dumps_typed(value)
+    fast, slow = both_paths(lambda: SER.loads_typed, data)
+    assert fast[0] == slow[0] == "value", (fast, slow)
+    assert_identical(fast[1], slow[1])
+    assert_same(fast[1], value)
+    assert_same_outcome(*both_paths(SER.fast_loader, data))
+    inner = value
+    while isinstance(inner, DeltaSnapshot | Overwrite):
+        inner = inner.value
+    if data[0] == "msgpack" and not (isinstance(inner, tuple | set | frozenset) and not inner):
+        taken = fp._load_plain(data[1])
+        assert taken is not fp._NOT_PLAIN
+        assert_identical(taken, slow[1])
 
 
 # ------------------------------------------------------------------ arbitrary bytes
@@ -314,8 +349,24 @@ damaged = (
 )
 
 
+_wrapper_prefix = st.sampled_from([b"\xc7\x00" + bytes([c]) for c in (2, 3, 4, 48, 49, 50, 7)])
+wrapped = st.tuples(
+    st.lists(_wrapper_prefix, min_size=1, max_size=3),
+    st.lists(encoded | damaged, max_size=3),
+    st.integers(-1, 1),
+).map(
+    lambda t: (
+        b"".join(bytes([0x91 + len(t[1]) + t[2]]) + m for m in t[0][:1])
+        + b"".join(b"\x92" + m for m in t[0][1:])
+        + b"".join(t[1])
+    )
+)
+"""Bytes that start like the wrappers `_unwrap` peels: item counts right and wrong, payloads
+well formed or damaged."""
+
+
 @PROPERTY
-@given(st.binary(max_size=64) | encoded | damaged)
+@given(st.binary(max_size=64) | encoded | damaged | wrapped)
 def test_any_bytes_load_or_fail_the_same_on_both_paths(raw: bytes) -> None:
     check_bytes(raw)
 
@@ -391,6 +442,23 @@ DIFFERENCES: dict[str, bytes] = {
     "timestamp key": b"\x81" + _pack(msgpack.Timestamp(1, 0)) + b"\x01",
     "unknown extension": _pack(msgpack.ExtType(99, b"x")),
     "tuple marker": b"\x92\xc7\x00\x02\x01",
+    # Wrappers the fast path peels (see `_unwrap`), well and badly formed.
+    "tuple marker, 3 items claimed": b"\x94\xc7\x00\x02\x01\x02",
+    "tuple marker, extra data": b"\x92\xc7\x00\x02\x01\x02",
+    "snapshot": b"\x92\xc7\x00\x30\x91\x81\xa1a\x01",
+    "snapshot without payload": b"\x92\xc7\x00\x30",
+    "snapshot, 3 items": b"\x93\xc7\x00\x30\x01\x02",
+    "snapshot, 1 item": b"\x91\xc7\x00\x30",
+    "snapshot, extra data": b"\x92\xc7\x00\x30\x80\x80",
+    "snapshot of an extension": b"\x92\xc7\x00\x30" + _pack(msgpack.ExtType(1, b"\x05")),
+    "snapshot marker with data": b"\x92\xc7\x01\x30\x00\x80",
+    "overwrite of a snapshot": b"\x92\xc7\x00\x31\x92\xc7\x00\x30\x91\x80",
+    "set of unhashable items": b"\x93\xc7\x00\x03\x91\x01\x80",
+    "set of equal items": b"\x94\xc7\x00\x03\x01\xc3\xcb" + struct.pack(">d", 1.0),
+    "frozenset, array 16 header": b"\xdc\x00\x02\xc7\x00\x04\x80",
+    "tuple, array 32 header": b"\xdd\x00\x00\x00\x02\xc7\x00\x02\x80",
+    "tuple of 20 maps": b"\xdc\x00\x15\xc7\x00\x02" + b"\x80" * 20,
+    "deeply wrapped": b"\x92\xc7\x00\x30" * 12 + b"\x91\x80",
 }
 for _depth in (254, 255, 256, 1000, 1022, 1023, 1024, 1025, 1100):
     DIFFERENCES[f"{_depth} nested arrays"] = b"\x91" * _depth + b"\x01"
@@ -417,7 +485,9 @@ def test_known_differences_are_caught(raw: bytes) -> None:
         ("extra nil", False),
         ("1023 nested arrays", False),
         ("timestamp", False),
-        ("tuple marker", False),
+        ("tuple marker", True),  # a wrapper around plain items: the payload is plain
+        ("tuple marker, 3 items claimed", False),
+        ("snapshot of an extension", False),
     ],
 )
 def test_what_the_fast_path_takes(name: str, plain: bool) -> None:
@@ -527,7 +597,7 @@ _MESSAGES = [{"speaker": "tool", "content": f"text {i} " * 20, "id": f"m-{i}"} f
         (list(range(1000)), False),  # flat arrays of scalars: ormsgpack is no faster
         (["x" * 10] * 200, False),
         ("x" * 5000, False),
-        (tuple(_MESSAGES), False),  # tagged arrays: ormsgpack would refuse them
+        (tuple(_MESSAGES), False),  # a tagged array: `_unwrap` peels it first
         (tuple(range(70000)), False),  # array 32
         (frozenset(range(1000)), False),
         (2**8000, False),  # a leaf extension
@@ -546,3 +616,122 @@ def test_large_plain_values_take_the_fast_path() -> None:
         assert fp._load_plain(data[1]) == {"messages": _MESSAGES, "turn": 3}
         assert_identical(SER.loads_typed(data), {"messages": _MESSAGES, "turn": 3})
         assert_identical(SER.fast_loader()(data), {"messages": _MESSAGES, "turn": 3})
+
+
+@pytest.mark.parametrize(
+    ("value", "taken"),
+    [
+        (DeltaSnapshot(_MESSAGES), True),
+        (Overwrite({"messages": _MESSAGES}), True),
+        (DeltaSnapshot(Overwrite(_MESSAGES)), True),
+        (tuple(_MESSAGES), True),
+        (frozenset(f"m-{i}" * 200 for i in range(9)), False),  # items not worth trying
+        (DeltaSnapshot([(i, str(i) * 300) for i in range(9)]), False),  # tuples inside
+        (DeltaSnapshot(list(range(2000))), False),  # flat array of scalars
+    ],
+)
+def test_wrapped_large_values_take_the_fast_path(value: Any, taken: bool) -> None:
+    data = SER.dumps_typed(value)
+    assert len(data[1]) >= PLAIN_MIN_SIZE
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fp, "_worth_trying", WORTH_TRYING)
+        assert (fp._load_plain(data[1]) is not fp._NOT_PLAIN) is taken
+        assert_identical(SER.loads_typed(data), SER.fast_loader()(data))
+    assert_same(SER.loads_typed(data), value)
+
+
+def test_large_values_decode_with_the_collector_paused_and_restored() -> None:
+    import gc
+
+    big = _pack([{"text": "x" * 100, "n": i} for i in range(400)])
+    assert len(big) >= fp._NO_GC_MIN_SIZE
+    seen: list[bool] = []
+
+    def spy(raw: Any) -> Any:
+        seen.append(gc.isenabled())
+        return fp.ormsgpack.unpackb(raw)
+
+    def failing(raw: Any) -> Any:
+        raise ValueError("refused")
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(fp, "_plain_unpackb", spy)
+                assert fp._load_plain(big) == msgpack.unpackb(big)
+                patch.setattr(fp, "_plain_unpackb", failing)
+                assert fp._load_plain(big) is fp._NOT_PLAIN
+            assert gc.isenabled() is enabled  # as it was, after a value and after a refusal
+        assert seen == [False, False]
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_large_values_on_the_hook_path_pause_the_collector_too() -> None:
+    """A large value ormsgpack cannot read (tuples inside) decodes through msgpack-python
+    with the collector paused, restored after, on both loaders."""
+    import gc
+
+    value = [(i, {"text": "x" * 100}) for i in range(400)]
+    data = SER.dumps_typed(value)
+    assert len(data[1]) >= fp._NO_GC_MIN_SIZE and fp._load_plain(data[1]) is fp._NOT_PLAIN
+    seen: list[bool] = []
+    unpackb = msgpack.unpackb
+
+    def spy(raw: Any, **options: Any) -> Any:
+        seen.append(gc.isenabled())
+        return unpackb(raw, **options)
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ms.msgpack, "unpackb", spy)
+            assert_same(SER.loads_typed(data), value)
+            assert_same(SER.fast_loader()(data), value)
+            assert_same(SER.loads_typed(SER.dumps_typed([(1, 2)])), [(1, 2)])
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False, True]
+
+
+def test_overlapping_decodes_in_two_threads_leave_the_collector_on() -> None:
+    """Thread A pauses the collector, thread B enters while it is paused, A finishes first:
+    when B finishes the collector must be on again (a per-call "restore what I saw" would
+    leave it off for good)."""
+    import gc
+    import threading
+
+    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+
+    def decode_a(raw: Any) -> Any:
+        a_inside.set()
+        assert b_inside.wait(5)
+        return raw
+
+    def decode_b(raw: Any) -> Any:
+        b_inside.set()
+        assert a_done.wait(5)
+        return raw
+
+    def run_a() -> None:
+        fp._unpack_without_gc(decode_a, b"a")
+        a_done.set()
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        a = threading.Thread(target=run_a)
+        a.start()
+        assert a_inside.wait(5)
+        b = threading.Thread(target=fp._unpack_without_gc, args=(decode_b, b"b"))
+        b.start()
+        a.join(10)
+        assert not gc.isenabled()  # B is still decoding
+        b.join(10)
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

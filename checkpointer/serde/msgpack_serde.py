@@ -43,7 +43,12 @@ from checkpointer.errors import (
     TypeNotAllowedError,
 )
 from checkpointer.serde.classes import ClassPolicy
-from checkpointer.serde.fast_path import _NOT_PLAIN, _load_plain
+from checkpointer.serde.fast_path import (
+    _NO_GC_MIN_SIZE,
+    _NOT_PLAIN,
+    _load_plain,
+    _unpack_without_gc,
+)
 from checkpointer.serde.frames import decompress_typed, is_compressed
 from checkpointer.serde.records import decode_class_ref, encoder_for
 from checkpointer.serde.value_types import (  # the format's codes, re-exported
@@ -421,7 +426,8 @@ class MsgpackSerializer:
                     return value
             decoding = _Decoding(self)
             try:
-                value = msgpack.unpackb(
+                unpack = msgpack.unpackb if len(raw) < _NO_GC_MIN_SIZE else _unpackb_without_gc
+                value = unpack(
                     raw,
                     ext_hook=decoding.ext_hook,
                     list_hook=decoding.list_hook,
@@ -466,7 +472,7 @@ class MsgpackSerializer:
                 value = _load_plain(raw)
                 if value is not _NOT_PLAIN:
                     return value
-            value = unpackb(
+            value = (unpackb if len(raw) < _NO_GC_MIN_SIZE else _unpackb_without_gc)(
                 raw,
                 ext_hook=ext_hook,
                 list_hook=list_hook,
@@ -555,6 +561,12 @@ class MsgpackSerializer:
                 "that provides it (checkpointer.langgraph for LangGraph's types)",
             )
         return codec.decode(payload)
+
+
+def _unpackb_without_gc(raw: bytes, **options: Any) -> Any:
+    """`msgpack.unpackb` with the collector paused, for large values (see `fast_path`): a
+    list of a thousand pydantic messages is thousands of new objects too."""
+    return _unpack_without_gc(partial(msgpack.unpackb, **options), raw)
 
 
 class _PackerSlot(threading.local):

@@ -27,6 +27,7 @@ from checkpointer.savers.sql.record_seal import verify_record
 from checkpointer.savers.sql.records import inline_loader, json_object, write_value
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, batch_loader, is_located, load_at
+from checkpointer.serde.value_cache import ValueCache
 from checkpointer.types import (
     DeltaChannelHistory,
     RunnableConfig,
@@ -121,6 +122,7 @@ def decode_delta_history(
     *,
     thread_id: str,
     checkpoint_ns: str,
+    cache: ValueCache | None = None,
 ) -> dict[str, DeltaChannelHistory]:
     """Rows (kind, depth, channel, task_path, task_id, idx, type, blob, ref, ikind, itext),
     seeds first, then writes oldest first, to one history per channel. `ref` is a seed's
@@ -163,6 +165,8 @@ def decode_delta_history(
             continue
         data = (type_, blob if type(blob) is bytes else bytes(blob))
         if kind == 0:
+            if cache is not None:  # as in `decode_tuples`
+                data = cache.plain(data, thread_id, checkpoint_ns, channel, str(ref))
             entry["seed"] = read(
                 data,
                 ValueLocation.blob(thread_id, checkpoint_ns, channel, ref) if located else None,

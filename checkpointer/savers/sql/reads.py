@@ -24,6 +24,7 @@ from checkpointer.savers.sql.records import (
 )
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, batch_loader, is_located, load_at
+from checkpointer.serde.value_cache import ValueCache
 from checkpointer.types import (
     CheckpointTuple,
     PendingWrite,
@@ -239,7 +240,9 @@ def page_limit_of(rows: Sequence[Row]) -> int | None:
     return None
 
 
-def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterator[CheckpointTuple]:
+def decode_tuples(
+    rows: Iterable[Row], serde: Serializer, d: Dialect, cache: ValueCache | None = None
+) -> Iterator[CheckpointTuple]:
     """Rows of `_tuples_sql` to tuples, newest first, one at a time: a checkpoint that
     cannot be read raises only when it is reached, so `list()` still yields every newer one
     first.
@@ -284,6 +287,8 @@ def decode_tuples(rows: Iterable[Row], serde: Serializer, d: Dialect) -> Iterato
         for row in blob_rows:
             channel, version = row[2], row[3]
             data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
+            if cache is not None:  # compression undone once per stored value (value_cache)
+                data = cache.plain(data, thread_id, ns, channel, version)
             if fast is not None:
                 try:
                     values[channel] = fast(data)

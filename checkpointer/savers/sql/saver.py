@@ -96,6 +96,7 @@ from checkpointer.savers.sql.unstored import restored, unversioned_inline
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import database_default_serializer
 from checkpointer.serde.located import is_located
+from checkpointer.serde.value_cache import ValueCache
 from checkpointer.types import (
     ChannelVersions,
     Checkpoint,
@@ -161,6 +162,15 @@ class _SqlPrograms:
             recent = self.__dict__.setdefault("_recent_inline_cache", RecentInline())
         return recent
 
+    @property
+    def value_cache(self) -> ValueCache:
+        """Decompressed values read by this saver (see `serde.value_cache`), made on first
+        use; `saver.value_cache.resize(0)` turns it off."""
+        cache: ValueCache | None = self.__dict__.get("_value_cache")
+        if cache is None:
+            cache = self.__dict__.setdefault("_value_cache", ValueCache())
+        return cache
+
     def _where(self) -> str:
         return self._dialect.describe()
 
@@ -190,7 +200,7 @@ class _SqlPrograms:
 
     def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
         rows = yield from self._p_read(lambda d: get_tuple_stmt(d, config))
-        return next(decode_tuples(rows, self.serde, self._dialect), None)
+        return next(decode_tuples(rows, self.serde, self._dialect, self.value_cache), None)
 
     def _p_put(
         self,
@@ -285,12 +295,14 @@ class _SqlPrograms:
     def _p_delete_thread(self, thread_id: str) -> Program[None]:
         thread_id = check_id(thread_id, "thread_id")
         self._recent_inline.clear()  # its checkpoint ids may come back with other values
+        self.value_cache.drop_threads((thread_id,))
         yield self._dialect.delete_thread_plan(thread_id)
 
     def _p_delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:
         runs = check_ids(run_ids, "run_ids")
         if runs:
             yield Op(delete_for_runs_plan(self._dialect, runs), txn=True)
+            self.value_cache.clear()
 
     def _p_copy_thread(
         self, source_thread_id: str, target_thread_id: str, replace: bool
@@ -307,6 +319,7 @@ class _SqlPrograms:
             copy = d.copy_thread_plan(source, target).plan
         if replace:
             self._recent_inline.clear()  # the target's checkpoint ids come back changed
+            self.value_cache.drop_threads((target,))
         yield Op(copy_thread_guarded_plan(d, source, target, copy, replace=replace), txn=True)
 
     def _p_prune(self, thread_ids: Sequence[str], strategy: str) -> Program[None]:
@@ -314,6 +327,7 @@ class _SqlPrograms:
         threads = list(dict.fromkeys(check_ids(thread_ids, "thread_ids")))
         if not threads:
             return
+        self.value_cache.drop_threads(threads)
         if strategy == "delete":
             for thread_id in threads:
                 yield self._dialect.delete_thread_plan(thread_id)
@@ -351,7 +365,10 @@ class _SqlPrograms:
                 rows = yield from self._p_read(stmt)
                 if rows and rows[0][0] == WALK_BOUND_REACHED:
                     raise history_loop(thread_id, ns, str(rows[0][8]))
-            out.update(decode_delta_history(rows, chunk, self.serde, self._dialect, **where))
+            cache = self.value_cache
+            out.update(
+                decode_delta_history(rows, chunk, self.serde, self._dialect, **where, cache=cache)
+            )
         return out
 
     # ------------------------------------------------------------ lifecycle
@@ -542,7 +559,8 @@ class _ListPager:
         before it); then where the next page starts, or that there is none."""
         size = page_limit_of(rows) or self.size  # a small thread comes whole in one page
         count, last = 0, None
-        for last in decode_tuples(rows, self.programs.serde, self.programs._dialect):
+        programs = self.programs
+        for last in decode_tuples(rows, programs.serde, programs._dialect, programs.value_cache):
             count += 1
             yield last
         if count < size or last is None:

@@ -1,0 +1,154 @@
+"""A bounded cache of decompressed stored values, one per saver.
+
+A stored channel value never changes: `(thread_id, checkpoint_ns, channel, version)` names
+one value for good (DESIGN 3.1). Reading the head of a thread again (`get_state` polled by
+a UI, `get_tuple` then `get_state`, a delta history walking the same snapshot) would
+decompress the same zstd frame each time: a quarter to a third of such a read. The cache
+keeps, per location, the stored bytes and their decompressed form, and hands out the
+decompressed pair: the value itself is decoded again by the serializer on every read
+(ormsgpack makes a fresh object faster than a deep copy could), so no caller ever shares a
+mutable object, and the serializer's class policy applies to every read as before.
+
+Safety does not depend on invalidation: an entry serves a read only when the stored bytes
+are the very bytes it was made from (compared in full, a memcmp), so a row rewritten by
+another process, a thread deleted and written again, or bytes moved from elsewhere are
+decompressed afresh. Only zstd framing is undone here, which does not depend on where a
+value is stored: an encrypting serializer still decrypts and checks every value at its own
+location (its ciphertext is not compressed, so it is never cached at all). Savers drop a
+thread's entries when they delete, prune or overwrite it, to free the memory early.
+
+Size: `CHECKPOINTER_VALUE_CACHE_BYTES` (default 32 MiB, 0 disables) when a saver makes its
+cache; `saver.value_cache.resize(n)` afterwards. An entry costs its stored plus its
+decompressed bytes; least recently used entries go first. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Final
+
+from checkpointer.errors import ConfigError, DeserializationError
+from checkpointer.serde.frames import decompress_typed, is_compressed
+
+ENV_MAX_BYTES: Final = "CHECKPOINTER_VALUE_CACHE_BYTES"
+DEFAULT_MAX_BYTES: Final = 32 * 1024 * 1024
+_ENTRY_OVERHEAD: Final = 256
+"""Bytes counted per entry on top of its data (key, tuple, dict slot)."""
+
+Key = tuple[str, str, str, str]
+_Entry = tuple[str, bytes, tuple[str, bytes], int]
+"""(stored tag, stored bytes, decompressed pair, cost in bytes)."""
+
+
+def max_bytes_from_env() -> int:
+    """`CHECKPOINTER_VALUE_CACHE_BYTES`, or the default when unset."""
+    raw = os.environ.get(ENV_MAX_BYTES, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{ENV_MAX_BYTES} must be a whole number of bytes >= 0, got {raw!r}")
+    return value
+
+
+class ValueCache:
+    """Decompressed forms of stored values, keyed by where they are stored (see module)."""
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+        self._size = 0
+        self._max = 0
+        self.hits = 0
+        self.misses = 0
+        self.resize(max_bytes_from_env() if max_bytes is None else max_bytes)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._max
+
+    @property
+    def size(self) -> int:
+        """Bytes held (stored plus decompressed, plus a fixed overhead per entry)."""
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"ValueCache({len(self)} values, {self._size} of {self._max} bytes)"
+
+    def resize(self, max_bytes: int) -> None:
+        """Bound the cache to `max_bytes` (0 disables it and drops every entry)."""
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ConfigError(f"value cache size must be an int >= 0, got {max_bytes!r}")
+        with self._lock:
+            self._max = max_bytes
+            self._evict()
+
+    def plain(
+        self,
+        data: tuple[str, bytes],
+        thread_id: str,
+        checkpoint_ns: str,
+        channel: str,
+        version: str,
+    ) -> tuple[str, bytes]:
+        """The stored pair `data` with its compression undone: from the cache when these
+        very bytes were read at this location before, else decompressed (and kept).
+
+        Pairs that are not compressed come back as they are. A frame that does not
+        decompress also comes back as it is: the saver's usual read then raises the error
+        that names the value."""
+        tag, raw = data
+        if not self._max or not is_compressed(tag):
+            return data
+        key = (thread_id, checkpoint_ns, channel, version)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] == tag and entry[1] == raw:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return entry[2]
+            self.misses += 1
+        try:
+            out = decompress_typed(data)
+        except DeserializationError:
+            return data
+        cost = len(raw) + len(out[1]) + _ENTRY_OVERHEAD
+        if cost > self._max // 2:
+            return out  # one value would push most others out: not kept
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._size -= old[3]
+            self._entries[key] = (tag, raw, out, cost)
+            self._size += cost
+            self._evict()
+        return out
+
+    def drop_threads(self, thread_ids: Iterable[str]) -> None:
+        """Forget the values of these threads (deleted, pruned, overwritten)."""
+        doomed = set(thread_ids)
+        if not doomed:
+            return
+        with self._lock:
+            for key in [k for k in self._entries if k[0] in doomed]:
+                self._size -= self._entries.pop(key)[3]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._size = 0
+
+    def _evict(self) -> None:
+        """Drop least recently used entries until within bounds (caller holds the lock)."""
+        entries = self._entries
+        while entries and self._size > self._max:
+            self._size -= entries.popitem(last=False)[1][3]
