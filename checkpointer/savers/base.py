@@ -14,13 +14,14 @@ import builtins
 import json
 import json.encoder
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring
 from typing import Any, Literal
 
 from checkpointer.channels import BaseChannel
 from checkpointer.errors import (
+    CheckpointerError,
     ConfigError,
     CorruptHistoryError,
     CorruptValueError,
@@ -253,6 +254,18 @@ def parent_id_for_put(config: RunnableConfig, checkpoint: Checkpoint) -> str | N
             "pass the config of the previous checkpoint"
         )
     return parent_id
+
+
+def runs_still_needed(
+    thread_id: str, checkpoint_id: str, needed: Iterable[str]
+) -> CheckpointerError:
+    """`delete_for_runs` refused: a kept checkpoint rebuilds its delta channels from
+    checkpoints of the doomed runs (the same words on every saver)."""
+    return CheckpointerError(
+        f"cannot delete these runs: checkpoint {checkpoint_id} of thread {thread_id!r} "
+        f"rebuilds its delta channels from checkpoint(s) {sorted(needed)} they "
+        "created; delete the later runs too, or prune the thread first"
+    )
 
 
 def put_parent_loop(thread_id: str, ns: str, checkpoint_id: str) -> ParentLoopError:

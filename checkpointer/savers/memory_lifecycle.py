@@ -33,6 +33,7 @@ from checkpointer.lifecycle import (
 from checkpointer.savers.base import (
     history_loop,
     resolve_now,
+    runs_still_needed,
     validate_prune_strategy,
     validate_thread_listing,
     validate_ttl,
@@ -526,8 +527,4 @@ def _refuse_if_history_severed(
             continue
         needed = doomed.intersection(_history_ancestors(thread_id, ns, namespace, cid, blobs))
         if needed:
-            raise CheckpointerError(
-                f"cannot delete these runs: checkpoint {cid} of thread {thread_id!r} "
-                f"rebuilds its delta channels from checkpoint(s) {sorted(needed)} they "
-                "created; delete the later runs too, or prune the thread first"
-            )
+            raise runs_still_needed(thread_id, cid, needed)

@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkpointer.errors import CheckpointerError
-from checkpointer.savers.base import history_loop
+from checkpointer.savers.base import history_loop, runs_still_needed
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.plan import Plan, Stmt
@@ -159,11 +158,7 @@ def delete_for_runs_plan(
                 continue
             needed = ids.intersection(history_ancestors(thread_id, ns, namespace, cid, blobs))
             if needed:
-                raise CheckpointerError(
-                    f"cannot delete these runs: checkpoint {cid} of thread {thread_id!r} "
-                    f"rebuilds its delta channels from checkpoint(s) {sorted(needed)} they "
-                    "created; delete the later runs too, or prune the thread first"
-                )
+                raise runs_still_needed(thread_id, cid, needed)
         doomed[(thread_id, ns)] = ids
     yield from _delete_plan(d, namespaces, blobs, doomed)
     yield from refresh_summaries_plan(d, sorted({t for t, _ in doomed}))
