@@ -1,6 +1,6 @@
-"""The SQLite delta-history walk skips parsing an ancestor's JSON record unless the record
-mentions one of the channel's stored versions (`may_hold_version`). That shortcut must never
-change the answer: whatever text the versions are (quotes and backslashes that JSON escapes,
+"""The SQLite delta-history walk reads each ancestor's version of a channel out of its JSON
+record, and skips that parse for a channel with no stored value (`delta_sql.stored_at`).
+Neither may change the answer: whatever text the versions are (quotes and backslashes that JSON escapes,
 non-ASCII, digits that look like numbers, one version text shared by several channels), the
 history equals the in-memory saver's, which walks without any shortcut.
 """
@@ -22,7 +22,7 @@ from checkpointer.types import empty_checkpoint, make_config
 CHANNELS = ("m", "n")
 
 # Versions: arbitrary text (never NUL or lone surrogates, which no id may hold), with the
-# characters that JSON escapes and those the prefilter trusts over-represented.
+# characters that JSON escapes and digits that look like numbers over-represented.
 version_text = st.one_of(
     st.text(
         alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),

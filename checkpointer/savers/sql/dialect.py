@@ -96,14 +96,6 @@ class Dialect:
         """The channel_versions object of a record, as the driver returns JSON."""
         raise NotImplementedError
 
-    def may_hold_version(self, record: str, version: str) -> str | None:
-        """A cheap test that is false only when `record` cannot hold the version text
-        `version` (an SQL expression), or None where reading the version is cheap already.
-
-        The delta-history walk asks it at every ancestor before parsing the record's JSON:
-        over a long chain the parse, not the primary-key chase, is what costs."""
-        return None
-
     def inline_has(self, record: str, channel: str, probe: str) -> str:
         """Whether `record` keeps the value of `channel` (an SQL expression) inline.
         `probe` is a parameter holding `inline_probe(channel)`, for a cheap first test."""
@@ -145,7 +137,7 @@ class Dialect:
 
     def damaged_record_probe(self, record: str) -> str | None:
         """An always-false condition that makes the statement fail, as parsing would, on a
-        record that is not JSON; None where not needed (see `may_hold_version`)."""
+        record that is not JSON; None where not needed (see `delta_sql.stored_at`)."""
         return None
 
     def record_unreadable(self, record: str) -> str | None:

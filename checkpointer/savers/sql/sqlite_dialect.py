@@ -119,17 +119,12 @@ class SqliteDialect(Dialect):
             f"AS jv WHERE jv.key = {channel})"
         )
 
-    def may_hold_version(self, record: str, version: str) -> str | None:
-        # The record is JSON text in which a version of these characters appears verbatim
-        # (no escaping); any other version is assumed present, so the exact test decides.
-        return f"(instr({record}, {version}) > 0 OR {version} GLOB '*[^0-9A-Za-z._:+-]*')"
-
     def _has_inline(self, record: str) -> str:
         # Writes put inline values first (`records.record_json`): a prefix test finds them.
         return f"substr({record}, 1, 18) = '{{\"channel_values\":'"
 
     def inline_has(self, record: str, channel: str, probe: str) -> str:
-        # Cheap tests first, as in `may_hold_version`: inline values at the start of the
+        # Cheap tests before the parse: inline values at the start of the
         # record, and the channel's key among them (up to the first `},"`, which no JSON
         # string holds: its quote would be escaped) when its name is plain.
         head = f"substr({record}, 1, instr({record}, '}},\"'))"
