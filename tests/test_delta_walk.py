@@ -1,8 +1,8 @@
 """The SQLite delta-history walk reads each ancestor's version of a channel out of its JSON
 record, and skips that parse for a channel with no stored value (`delta_sql.stored_at`).
-Neither may change the answer: whatever text the versions are (quotes and backslashes that JSON escapes,
-non-ASCII, digits that look like numbers, one version text shared by several channels), the
-history equals the in-memory saver's, which walks without any shortcut.
+Neither may change the answer: whatever text the versions are (quotes and backslashes that
+JSON escapes, non-ASCII, digits that look like numbers, one version text shared by several
+channels), the history equals the in-memory saver's, which walks without any shortcut.
 """
 
 from __future__ import annotations

@@ -102,8 +102,7 @@ def stored_at(d: Dialect, record: str, i: int) -> str:
     # the parse and one primary-key probe per ancestor: measured cheaper than any
     # string prefilter over the channel's stored versions (README, "Delta history").
     any_stored = (
-        f"EXISTS (SELECT 1 FROM {d.blobs} sv WHERE {in_namespace(d, 'sv')} "
-        f"AND sv.channel = {ch})"
+        f"EXISTS (SELECT 1 FROM {d.blobs} sv WHERE {in_namespace(d, 'sv')} AND sv.channel = {ch})"
     )
     # An unparsed record still fails the statement when damaged, as the parse would
     # have, so that the guarded retry names it.
