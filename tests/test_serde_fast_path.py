@@ -735,3 +735,52 @@ def test_overlapping_decodes_in_two_threads_leave_the_collector_on() -> None:
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def slow_value(raw: bytes) -> tuple[str, Any]:
+    """What msgpack-python alone makes of `raw` (a value, or that it raised)."""
+    with msgpack_python_only():
+        return outcome(SER.loads_typed, ("msgpack", raw))
+
+
+@PROPERTY
+@given(st.lists(pure_values | plain_values | values, max_size=12))
+def test_a_batch_of_stored_values_loads_as_each_alone(batch: list[Any]) -> None:
+    """`load_plain_batch` (a delta history's writes): one ormsgpack call, the same values as
+    reading each alone, or None, and never None for enough plain values."""
+    raws = [raw for tag, raw in map(SER.dumps_typed, batch) if tag == "msgpack"]
+    loaded = fp.load_plain_batch(raws)
+    if loaded is not None:
+        assert len(loaded) == len(raws)
+        for got, raw in zip(loaded, raws, strict=True):
+            kind, want = slow_value(raw)
+            assert kind == "value"
+            assert_identical(got, want)
+    plain = [v for v in batch if SER.dumps_typed(v)[0] == "msgpack" and is_plain(v)]
+    if len(plain) == len(raws) >= fp._BATCH_MIN:
+        assert loaded is not None  # the batch was taken
+
+
+@PROPERTY
+@given(st.lists(encoded | damaged | st.binary(max_size=12), min_size=8, max_size=14))
+def test_a_batch_of_any_bytes_loads_as_each_alone_or_not_at_all(raws: list[bytes]) -> None:
+    """Damaged values (bytes left over, cut short, empty) never shift their neighbours: the
+    batch is refused unless every value reads alone to exactly what the batch gives."""
+    loaded = fp.load_plain_batch(raws)
+    if loaded is None:
+        return
+    for got, raw in zip(loaded, raws, strict=True):
+        kind, want = slow_value(raw)
+        assert kind == "value", (raw, got)
+        assert_identical(got, want)
+
+
+def test_a_batch_refuses_values_split_across_their_boundaries() -> None:
+    """Two objects in one value and none in the next: the joined bytes hold as many objects
+    as values, so only the per-value end check catches it."""
+    one, two = msgpack.packb({"a": 1}), msgpack.packb([1, 2])
+    raws = [msgpack.packb(i) for i in range(8)]
+    assert fp.load_plain_batch([*raws, one, two]) == [*range(8), {"a": 1}, [1, 2]]
+    assert fp.load_plain_batch([*raws, one + two[:1], two[1:]]) is None
+    assert fp.load_plain_batch([*raws, one, b""]) is None
+    assert fp.load_plain_batch(raws[:7]) is None  # too few to be worth a batch

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import msgpack
@@ -267,3 +267,40 @@ def _array_head(count: int) -> bytes:
     if count < 1 << 16:
         return b"\xdc" + count.to_bytes(2, "big")
     return b"\xdd" + count.to_bytes(4, "big")
+
+
+_BATCH_MIN: Final = 8
+"""Fewer values than this decode one by one: the batch's set-up would not pay."""
+
+
+def load_plain_batch(raws: Sequence[bytes]) -> list[Any] | None:
+    """Many small values (a delta history's writes) decoded by one ormsgpack call, or None
+    when any of them must take the usual path (`_load_plain` says why the results are then
+    msgpack-python's).
+
+    The values are read as the items of one array made of their bytes. Each is first
+    checked to be exactly one object, by skipping over the joined bytes and comparing each
+    end with the value's: a value with bytes left over, or cut short, would shift every
+    later one instead of failing."""
+    unpackb = _plain_unpackb
+    count = len(raws)
+    if unpackb is None or count < _BATCH_MIN or count >= 1 << 32:
+        return None
+    joined = b"".join(raws)
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(joined), 1))
+    unpacker.feed(joined)
+    end = 0
+    try:
+        for raw in raws:
+            end += len(raw)
+            unpacker.skip()
+            if unpacker.tell() != end:
+                return None
+        array = b"\xdd" + count.to_bytes(4, "big") + joined
+        if len(array) >= _NO_GC_MIN_SIZE:
+            values = _unpack_without_gc(unpackb, array)
+        else:
+            values = unpackb(array)
+    except Exception:
+        return None  # an extension, a key that is not a string... (see `_load_plain`)
+    return values if type(values) is list and len(values) == count else None

@@ -43,7 +43,7 @@ reads to decide whether to bind):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -244,6 +244,16 @@ def batch_loader(serde: Serializer) -> Callable[[tuple[str, bytes]], Any] | None
     It raises on anything it cannot read without saying where: read that value again
     with `load_at`, which raises the located error."""
     return None if is_located(serde) else fast_loader_of(serde)
+
+
+def plain_batch_loader(serde: Serializer) -> Callable[[Sequence[bytes]], list[Any] | None] | None:
+    """The serializer's decoder of many msgpack-tagged payloads at once (a delta history's
+    writes); None when it binds values to their location or has none. It returns None for
+    a batch it cannot read in one go: each value then goes through `batch_loader`."""
+    if is_located(serde):
+        return None
+    make = getattr(serde, "fast_batch_loader", None)
+    return None if make is None else make()
 
 
 def value_reader(serde: Serializer) -> Callable[..., Any]:

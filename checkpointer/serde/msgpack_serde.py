@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from itertools import islice
 from typing import Any, Final, NamedTuple, TypeVar
@@ -48,6 +48,7 @@ from checkpointer.serde.fast_path import (
     _NOT_PLAIN,
     _load_plain,
     _unpack_without_gc,
+    load_plain_batch,
 )
 from checkpointer.serde.frames import decompress_typed, is_compressed
 from checkpointer.serde.records import decode_class_ref, encoder_for
@@ -450,6 +451,12 @@ class MsgpackSerializer:
                 raise DeserializationError("a 'null' value must have empty bytes")
             return None
         raise DeserializationError(f"unknown serialization tag {tag!r}")
+
+    def fast_batch_loader(self) -> Callable[[Sequence[bytes]], list[Any] | None]:
+        """Decodes the payloads of many values tagged msgpack in one call, or returns None
+        when any of them needs the hooks (`fast_path.load_plain_batch`); the caller then
+        reads each through `fast_loader`."""
+        return load_plain_batch
 
     def fast_loader(self) -> Callable[[tuple[str, bytes]], Any]:
         """`loads_typed` for a batch of values read together (a thread's history, a page

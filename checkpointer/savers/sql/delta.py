@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import partial
+from typing import Any
 
 from checkpointer.errors import CorruptValueError
 from checkpointer.savers.base import history_loop
@@ -26,8 +27,15 @@ from checkpointer.savers.sql.plan import Plan, Row, Stmt
 from checkpointer.savers.sql.record_seal import verify_record
 from checkpointer.savers.sql.records import inline_loader, json_object, write_value
 from checkpointer.serde import Serializer
-from checkpointer.serde.located import ValueLocation, batch_loader, is_located, load_at
+from checkpointer.serde.located import (
+    ValueLocation,
+    batch_loader,
+    is_located,
+    load_at,
+    plain_batch_loader,
+)
 from checkpointer.serde.value_cache import ValueCache
+from checkpointer.serde.value_types import TAG_MSGPACK
 from checkpointer.types import (
     DeltaChannelHistory,
     RunnableConfig,
@@ -134,6 +142,7 @@ def decode_delta_history(
     fast = batch_loader(serde)  # as in `decode_tuples`
     read = partial(load_at, serde)
     takes_inline = serde_inlines(serde)
+    writes: list[tuple[list[Any], str, int, str, Any, tuple[str, bytes]]] = []
     for row in rows:
         kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref = row[:9]
         if kind == WALK_BOUND_REACHED:  # never decode a walk cut short (see the statement)
@@ -177,10 +186,20 @@ def decode_delta_history(
             )
             continue
         task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
-        value = write_value(
-            fast, read, located, data, thread_id, checkpoint_ns, ref, task_id, idx, channel
-        )
-        entry["writes"].append((task_id, channel, value))
+        writes.append((entry["writes"], task_id, idx, channel, ref, data))
+    # The writes' values, in one call where the serializer can (`plain_batch_loader`).
+    plain = plain_batch_loader(serde)
+    values = None
+    if plain is not None and all(w[5][0] == TAG_MSGPACK for w in writes):
+        values = plain([w[5][1] for w in writes])
+    for i, (into, task_id, idx, channel, ref, data) in enumerate(writes):
+        if values is not None:
+            value = values[i]
+        else:
+            value = write_value(
+                fast, read, located, data, thread_id, checkpoint_ns, ref, task_id, idx, channel
+            )
+        into.append((task_id, channel, value))
     return out
 
 
