@@ -41,16 +41,22 @@ _TUPLE_COLUMNS = (
 )
 
 
-def _tuples_sql(d: Dialect, page_sql: str) -> str:
+def _tuples_sql(d: Dialect, page_sql: str, single: bool = False) -> str:
     """Checkpoints selected by `page_sql` (which also selects `page_limit`), their blobs
     and their pending writes, in one statement: a UNION ALL of three row kinds, see
     `decode_tuples`. Each checkpoint gets a number, `k`, in page order; its blob and write
     rows carry only that, not its three key strings. Unordered: sorting would push every
     value through a temporary B-tree (a whole chat history per checkpoint);
-    `decode_tuples` groups the rows instead."""
+    `decode_tuples` groups the rows instead. A `single` checkpoint (`get_tuple`) is number
+    1 without the window function, a third of that statement's time on SQLite."""
+    number = (
+        "1"
+        if single
+        else "row_number() OVER (ORDER BY q.checkpoint_id DESC, q.thread_id DESC, "
+        "q.checkpoint_ns DESC)"
+    )
     return (
-        "WITH t AS MATERIALIZED (SELECT q.*, row_number() OVER (ORDER BY q.checkpoint_id DESC, "
-        f"q.thread_id DESC, q.checkpoint_ns DESC) AS k FROM ({page_sql}) q) "
+        f"WITH t AS MATERIALIZED (SELECT q.*, {number} AS k FROM ({page_sql}) q) "
         "SELECT t.k, 0 AS kind, t.thread_id AS a, t.checkpoint_ns AS b, t.checkpoint_id AS c, "
         f"t.parent_checkpoint_id AS d, {d.typed('t.page_limit', 'bigint')} AS n, "
         f"{d.null('bytes')} AS data, t.checkpoint AS rec, t.metadata AS meta FROM t "
@@ -93,7 +99,7 @@ def get_tuple_stmt(d: Dialect, config: RunnableConfig) -> Stmt:
             page += "ORDER BY checkpoint_id DESC LIMIT 1"
         else:
             page += f"AND checkpoint_id = {d.p('checkpoint_id')}"
-        return _tuples_sql(d, page)
+        return _tuples_sql(d, page, single=True)
 
     return Stmt(d.sql(("get_tuple", checkpoint_id is None), build), params, fetch=True)
 
