@@ -234,3 +234,49 @@ def test_filtered_list_hands_out_the_same_metadata_as_get_tuple_and_fresh_copies
     again = list(saver.list(make_config("t"), filter={"user": "u", "step": 1}))
     assert again[0].metadata["user"] == "u"
     assert list(saver.list(make_config("t"), filter={"user": "other"})) == []
+
+
+batch_values = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=4),
+    st.binary(max_size=3),
+    st.lists(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), max_size=2),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    writes=st.lists(st.lists(batch_values, min_size=1, max_size=4), min_size=1, max_size=24),
+    seed_at=st.one_of(st.none(), st.integers(min_value=0, max_value=23)),
+    tagged=st.one_of(st.none(), st.integers(min_value=0, max_value=23)),
+)
+def test_delta_history_batch_equals_reading_each_write(
+    writes: list[list[Any]], seed_at: int | None, tagged: int | None
+) -> None:
+    """A history's writes decoded in one batch (`plain_batch_loader`, used from 8 plain
+    msgpack values on) give what reading each write gives: the generic walk over
+    `get_tuple`, and the same walk with the batch turned off."""
+    serde = MsgpackSerializer()
+    saver = InMemorySaver(serde=serde)
+    parent = None
+    for i, batch in enumerate(writes):
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = f"{i:04d}"
+        checkpoint["channel_versions"] = {"a": f"{i + 1:08d}"}
+        checkpoint["channel_values"] = {"a": ["seed", i]} if i == seed_at else {}
+        parent = saver.put(
+            make_config("t", "", parent["configurable"]["checkpoint_id"] if parent else None),
+            checkpoint,
+            {"source": "loop", "step": i, "parents": {}},
+            {"a": checkpoint["channel_versions"]["a"]},
+        )
+        if i == tagged:  # a tuple is tagged: the batch refuses it, each write reads alone
+            batch = [*batch, (i, "x")]
+        saver.put_writes(parent, [("a", v) for v in batch], f"task{i % 3}")
+    head = saver.put(parent, {**empty_checkpoint(), "id": "9999"}, {}, {})
+    batched = saver.get_delta_channel_history(config=head, channels=["a"])
+    generic = BaseCheckpointSaver.get_delta_channel_history(saver, config=head, channels=["a"])
+    assert batched == generic
+    serde.fast_batch_loader = lambda: lambda raws: None  # type: ignore[method-assign]
+    assert saver.get_delta_channel_history(config=head, channels=["a"]) == batched

@@ -11,6 +11,7 @@ import builtins
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
@@ -49,8 +50,10 @@ from checkpointer.serde.located import (
     batch_loader,
     dumps_at,
     is_located,
+    plain_batch_loader,
     value_reader,
 )
+from checkpointer.serde.value_types import TAG_MSGPACK
 from checkpointer.types import (
     MAX_ID_BYTES,
     WRITES_IDX_MAP,
@@ -232,11 +235,12 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         fast = self._fast_loader()
         decoded: builtins.list[tuple[dict[str, Any], builtins.list[PendingWrite]]] | None = None
         if fast is not None:
+            load = self._write_values(visits, fast)
             try:
                 decoded = [
                     (
                         {channel: fast(blob) for channel, _, blob in found},
-                        [(w.task_id, w.channel, fast(w.value)) for w in writes],
+                        [(w.task_id, w.channel, load(w.value)) for w in writes],
                     )
                     for _, found, writes in visits
                 ]
@@ -263,6 +267,23 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 entry["seed"] = seeds[channel]
             out[channel] = entry
         return out
+
+    def _write_values(
+        self, visits: builtins.list[_Visit], fast: Callable[[Typed], Any]
+    ) -> Callable[[Typed], Any]:
+        """A loader for the writes of a history walk: their msgpack payloads decoded by one
+        call where the serializer can (`plain_batch_loader`: each checked to be exactly one
+        plain object), handed out in walk order; `fast` for the rest (None, bytes...), and
+        for all of them when the batch cannot be read in one go."""
+        plain = plain_batch_loader(self.serde)
+        if plain is None:
+            return fast
+        raws = [w.value[1] for _, _, writes in visits for w in writes if _in_batch(w.value)]
+        values = plain(raws) if raws else None
+        if values is None:
+            return fast
+        # `_history_result` asks for the writes' values in the order they were joined.
+        return partial(_batched_value, iter(values), fast)
 
     def _ancestor_located(
         self,
@@ -597,6 +618,18 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 key = (row.task_id, row.idx)
                 if replace or key not in target:
                     target[key] = row
+
+
+def _in_batch(data: Typed) -> bool:
+    """Whether a stored value goes into a batch for `plain_batch_loader`."""
+    return data[0] == TAG_MSGPACK and type(data[1]) is bytes
+
+
+def _batched_value(values: Iterator[Any], fast: Callable[[Typed], Any], data: Typed) -> Any:
+    """The batch's next value if `data` went into it (`_in_batch`), else `fast(data)`."""
+    if data[0] == TAG_MSGPACK and type(data[1]) is bytes:
+        return next(values)
+    return fast(data)
 
 
 def _plain_id(value: str) -> bool:
