@@ -179,8 +179,12 @@ def _langgraph_writes(writes: Sequence[PendingWrite] | None) -> list[PendingWrit
     (a delta history is a thousand writes, almost never a marker)."""
     if writes is None:
         return None
-    if isinstance(writes, list) and not any(isinstance(w[2], _OUR_MARKERS) for w in writes):
-        return writes
+    if isinstance(writes, list):
+        for write in writes:  # a loop, not any(<generator>): this runs per listed tuple
+            if isinstance(write[2], _OUR_MARKERS):
+                break
+        else:
+            return writes
     return [(task_id, channel, _langgraph_value(value)) for task_id, channel, value in writes]
 
 
@@ -189,16 +193,20 @@ def _langgraph_tuple(tup: CheckpointTuple | None) -> LangGraphTuple | None:
         return None
     checkpoint: dict[str, Any] = dict(tup.checkpoint)
     values = checkpoint["channel_values"]
-    if any(isinstance(v, _OUR_MARKERS) for v in values.values()):
-        checkpoint["channel_values"] = {k: _langgraph_value(v) for k, v in values.items()}
+    for value in values.values():
+        if isinstance(value, _OUR_MARKERS):
+            checkpoint["channel_values"] = {k: _langgraph_value(v) for k, v in values.items()}
+            break
     else:
         checkpoint["channel_values"] = dict(values)
+    # Positional (config, checkpoint, metadata, parent_config, pending_writes): keywords
+    # cost a NamedTuple more than its fields.
     return LangGraphTuple(
-        config=tup.config,  # type: ignore[arg-type]
-        checkpoint=checkpoint,  # type: ignore[arg-type]
-        metadata=tup.metadata,
-        parent_config=tup.parent_config,  # type: ignore[arg-type]
-        pending_writes=_langgraph_writes(tup.pending_writes),
+        tup.config,  # type: ignore[arg-type]
+        checkpoint,  # type: ignore[arg-type]
+        tup.metadata,
+        tup.parent_config,  # type: ignore[arg-type]
+        _langgraph_writes(tup.pending_writes),
     )
 
 

@@ -342,3 +342,27 @@ async def test_the_adapter_closes_the_saver_it_wraps(tmp_path: Path) -> None:
 def test_from_conn_string_names_a_bad_url() -> None:
     with pytest.raises(ConfigError, match="mysql"):
         LangGraphSaver.from_conn_string("mysql://x/y")
+
+
+def test_adapter_builds_langgraph_tuples_positionally() -> None:
+    """`_langgraph_tuple` passes LangGraph's CheckpointTuple its fields by position."""
+    from langgraph.checkpoint.base import CheckpointTuple as LangGraphTuple
+
+    from checkpointer.langgraph import _langgraph_tuple
+    from checkpointer.types import CheckpointTuple
+
+    assert LangGraphTuple._fields == (
+        "config",
+        "checkpoint",
+        "metadata",
+        "parent_config",
+        "pending_writes",
+    )
+    ours = CheckpointTuple({"c": 1}, {"channel_values": {"a": 1}}, {"m": 2}, {"p": 3}, [])
+    converted = _langgraph_tuple(ours)
+    assert converted is not None
+    assert converted.config == {"c": 1}
+    assert converted.checkpoint == {"channel_values": {"a": 1}}
+    assert converted.metadata == {"m": 2}
+    assert converted.parent_config == {"p": 3}
+    assert converted.pending_writes == []

@@ -6,6 +6,7 @@ special channels replaces, any other inserts if absent."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -280,3 +281,43 @@ def test_delta_history_batch_equals_reading_each_write(
     assert batched == generic
     serde.fast_batch_loader = lambda: lambda raws: None  # type: ignore[method-assign]
     assert saver.get_delta_channel_history(config=head, channels=["a"]) == batched
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+def _json_outcome(load: Any, text: Any) -> Any:
+    try:
+        return ("value", load(text))
+    except Exception as exc:
+        return ("error", type(exc), str(exc))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=json_values,
+    before=st.sampled_from(["", " ", "\n", "\ufeff", "x", "[", "1", "{}"]),
+    after=st.sampled_from(["", " ", "\n", "x", "]", ",1", "1", "{}"]),
+    cut=st.integers(min_value=0, max_value=3),
+    indent=st.sampled_from([None, 1]),
+)
+def test_loads_json_is_json_loads(
+    value: Any, before: str, after: str, cut: int, indent: int | None
+) -> None:
+    """Metadata decoding through the C scanner returns what `json.loads` returns, and
+    raises what it raises, on metadata text and on any text around or cut from it."""
+    import json
+
+    from checkpointer.savers.base import dumps_json
+    from checkpointer.savers.memory_store import loads_json
+
+    texts = [json.dumps(value, indent=indent), before + json.dumps(value) + after]
+    with contextlib.suppress(Exception):  # what dumps_json refuses is never stored
+        texts.append(dumps_json(value))
+    texts += [t[: len(t) - cut] for t in texts]
+    for text in texts:
+        assert _json_outcome(loads_json, text) == _json_outcome(json.loads, text)

@@ -393,11 +393,25 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         pending: builtins.list[PendingWrite],
         metadata: dict[str, Any] | None = None,
     ) -> CheckpointTuple:
-        parent = (
-            make_config(thread_id, ns, stored.parent_id) if stored.parent_id is not None else None
-        )
+        # `make_config`, inlined: two per listed checkpoint.
+        parent_id = stored.parent_id
+        parent: RunnableConfig | None = None
+        if parent_id is not None:
+            parent = {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": parent_id,
+                }
+            }
         return CheckpointTuple(
-            make_config(thread_id, ns, checkpoint_id),
+            {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            },
             checkpoint,
             stored_metadata(stored) if metadata is None else metadata,  # type: ignore[arg-type]
             parent,
