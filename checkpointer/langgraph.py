@@ -27,6 +27,7 @@ import inspect
 import math
 import os
 import sys
+from collections import ChainMap
 from collections.abc import AsyncIterator, Awaitable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
@@ -249,8 +250,10 @@ def _with_sends(
 def _stored_checkpoint(checkpoint: LangGraphCheckpoint) -> Any:
     stored = dict(checkpoint)
     values = checkpoint["channel_values"]
-    if any(isinstance(v, _CONVERTED_ON_PUT) for v in values.values()):
-        stored["channel_values"] = {k: _stored_value(v) for k, v in values.items()}
+    for value in values.values():  # a loop, not any(<generator>): every step puts
+        if isinstance(value, _CONVERTED_ON_PUT):
+            stored["channel_values"] = {k: _stored_value(v) for k, v in values.items()}
+            break
     else:
         stored["channel_values"] = dict(values)
     stored.setdefault("updated_channels", None)
@@ -262,8 +265,9 @@ def _stored_writes(writes: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """The writes, as a list of their own, with LangGraph's markers as ours and exceptions
     as their repr (every step writes, these are rare: most batches need no per-write
     conversion)."""
-    if any(isinstance(value, _CONVERTED_ON_PUT) for _, value in writes):
-        return [(channel, _stored_value(value)) for channel, value in writes]
+    for _, value in writes:  # a loop, not any(<generator>): every step writes
+        if isinstance(value, _CONVERTED_ON_PUT):
+            return [(channel, _stored_value(value)) for channel, value in writes]
     return list(writes)
 
 
@@ -325,10 +329,15 @@ def run_metadata(config: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
     removed from top-level strings (a filter on the value LangGraph stored must find it;
     nested values and our own API keep them); a NaN or infinite number is left out (it is
     not JSON, and the run's config should not make its checkpoints unstorable)."""
-    merged = {key: _without_nul(value) for key, value in metadata.items()}
+    merged = dict(metadata)
+    for key, value in merged.items():
+        if isinstance(value, str) and "\x00" in value:  # `_without_nul`, inlined
+            merged[key] = value.replace("\x00", "")
     for source in (config.get("metadata"), config.get("configurable")):
         if not source:
             continue
+        if type(source) is ChainMap:  # LangGraph's run metadata: see `_flat`
+            source = _flat(source)
         for key, value in source.items():
             if key in merged or key in _RUN_KEYS_NOT_IN_METADATA or key.startswith("__"):
                 continue
@@ -337,6 +346,22 @@ def run_metadata(config: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
             ):
                 merged[key] = _without_nul(value)
     return merged
+
+
+def _flat(chain: ChainMap[Any, Any]) -> Mapping[Any, Any]:
+    """`chain` as one dict when its maps are all dicts: its keys in the order it iterates
+    them, each with the value of the first map that has it. Iterating a ChainMap's items
+    calls Python code per key (`__iter__` merges its maps, `__getitem__` searches them);
+    this is one C-level update per map. Other maps (a `__missing__` would answer
+    `ChainMap.__getitem__`) keep the chain as it is."""
+    maps = chain.maps
+    for mapping in maps:
+        if type(mapping) is not dict:
+            return chain
+    flat: dict[Any, Any] = {}
+    for mapping in reversed(maps):
+        flat.update(mapping)
+    return flat
 
 
 def _without_nul(value: Any) -> Any:

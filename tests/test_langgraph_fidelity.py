@@ -15,6 +15,8 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("langgraph.checkpoint.conformance")
 
@@ -366,3 +368,30 @@ def test_adapter_builds_langgraph_tuples_positionally() -> None:
     assert converted.metadata == {"m": 2}
     assert converted.parent_config == {"p": 3}
     assert converted.pending_writes == []
+
+
+chain_maps = st.lists(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "user_id", "__x", "thread_id", "step"]),
+        st.one_of(st.integers(), st.text(max_size=3), st.none(), st.lists(st.integers())),
+        max_size=4,
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(maps=chain_maps, metadata=chain_maps, configurable=chain_maps)
+def test_run_metadata_reads_a_chainmap_as_iterating_it(
+    maps: list[dict[str, Any]], metadata: list[dict[str, Any]], configurable: list[dict[str, Any]]
+) -> None:
+    """`run_metadata` flattens LangGraph's ChainMap of run metadata (`_flat`) to what
+    iterating the ChainMap gives: the same merged metadata, keys in the same order."""
+    from collections import ChainMap
+
+    config = {"metadata": ChainMap(*maps), "configurable": ChainMap(*configurable)}
+    plain = {"metadata": dict(ChainMap(*maps)), "configurable": dict(ChainMap(*configurable))}
+    base = dict(ChainMap(*metadata))
+    got = run_metadata(config, base)
+    assert got == run_metadata(plain, base)
+    assert list(got) == list(run_metadata(plain, base))

@@ -482,7 +482,13 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 if channel in values
             }
             dumped = dump(record)
-        restore = self._unstored_values(thread_id, ns, parent_id, checkpoint, new_versions)
+        # Only a channel with a value here and no new version can need one stored: most
+        # puts move every channel they hold a value of (one set comparison, in C).
+        restore = (
+            None
+            if values.keys() <= new_versions.keys()
+            else self._unstored_values(thread_id, ns, parent_id, checkpoint, new_versions)
+        )
         if restore:
             blobs = {**self._dump_blobs(thread_id, ns, restore), **blobs}
         stored = StoredCheckpoint(  # positional: the fields in order, pinned left False

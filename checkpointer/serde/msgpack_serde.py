@@ -388,16 +388,16 @@ class MsgpackSerializer:
             return TAG_MSGPACK, self._pack(ExtType(EXT_BYTEARRAY, bytes(obj)))
         # `_pack` inlined for the common case (this thread's Packer is free): a put dumps
         # a handful of small values, where two extra calls per value show.
-        slot = self._packers
-        packer = slot.packer
-        if packer is not None and not slot.busy:
-            slot.busy = True
+        state = self._packers.state  # [packer, busy]: one thread-local lookup
+        packer = state[0]
+        if packer is not None and not state[1]:
+            state[1] = True
             try:
                 return TAG_MSGPACK, packer.pack(obj)
             except Exception:
                 pass  # the Packer has reset itself; `_pack` below says what went wrong
             finally:
-                slot.busy = False
+                state[1] = False
         try:
             return TAG_MSGPACK, self._pack(obj)
         except SerializationError:
@@ -534,17 +534,17 @@ class MsgpackSerializer:
     def _pack_fast(self, obj: Any) -> bytes:
         """Pack with this thread's reusable Packer (building one per call costs more than
         packing a small value). A nested dump from inside `_default` gets a fresh one."""
-        slot = self._packers
-        if slot.busy:
+        state = self._packers.state
+        if state[1]:
             return self._pack_new(obj)
-        packer = slot.packer
+        packer = state[0]
         if packer is None:
-            packer = slot.packer = msgpack.Packer(**self._pack_options)
-        slot.busy = True
+            packer = state[0] = msgpack.Packer(**self._pack_options)
+        state[1] = True
         try:
             return packer.pack(obj)
         finally:
-            slot.busy = False
+            state[1] = False
 
     def _encodable(self, value: Any) -> bool:
         try:
@@ -578,10 +578,14 @@ def _unpackb_without_gc(raw: bytes, **options: Any) -> Any:
 
 class _PackerSlot(threading.local):
     """One msgpack Packer per thread (Packers are not thread-safe), and whether it is in
-    use (a codec may dump a nested value while the outer value is being packed)."""
+    use (a codec may dump a nested value while the outer value is being packed).
 
-    packer: Any = None
-    busy: bool = False
+    Both live in one list, `state = [packer, busy]`, made for each thread on its first
+    use: every attribute access on a `threading.local` finds the thread's dict first,
+    and a dump made four of them."""
+
+    def __init__(self) -> None:
+        self.state: list[Any] = [None, False]
 
 
 class _Decoding:
