@@ -445,6 +445,16 @@ class PostgresDialect(Dialect):
         if task_name is not None:
             params["task_name"] = task_name
             named_column, named_value = "task_name, ", "%(task_name)s::text, "
+        # The seq of the checkpoint the writes are pending on (NULL while it is not stored).
+        # Its id is matched as the one-entry range [id, id] in key order (equal, in a
+        # deterministic collation), which only the primary key reads in that order: on fresh
+        # tables, without statistics, the planner otherwise takes the parent index's
+        # (thread, namespace) prefix as readily, reading every checkpoint of the namespace.
+        seq = (
+            f"SELECT c.seq FROM {self.checkpoints} c WHERE c.thread_id = %(thread_id)s "
+            "AND c.checkpoint_ns = %(checkpoint_ns)s AND c.checkpoint_id >= %(checkpoint_id)s "
+            "AND c.checkpoint_id <= %(checkpoint_id)s ORDER BY c.checkpoint_id LIMIT 1"
+        )
         # Writes and thread summary in one statement. `prior` (the rows as they were) and
         # `ins` (what was inserted or replaced) give the bytes added exactly.
         sql = (
@@ -456,9 +466,7 @@ class PostgresDialect(Dialect):
             f"ins AS (INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, "
             f"task_id, {named_column}task_path, idx, channel, type, blob, seq) SELECT "
             "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, "
-            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob, (SELECT c.seq "
-            f"FROM {self.checkpoints} c WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns "
-            "= %(checkpoint_ns)s AND c.checkpoint_id = %(checkpoint_id)s) FROM x "
+            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob, ({seq}) FROM x "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
             f"RETURNING idx, {self.size('blob')} AS n) "
             f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
