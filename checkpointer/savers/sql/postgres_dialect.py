@@ -364,7 +364,8 @@ class PostgresDialect(Dialect):
             "ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s AND "
             "ch.parent_checkpoint_id = %(checkpoint_id)s) OR EXISTS (SELECT 1 FROM prior) AS v)",
             # The next seq of the namespace, and the run it continues (see `delta_runs`).
-            f"seq AS (SELECT coalesce((SELECT s.seq FROM {self.checkpoints} s "
+            # Materialized: inlined, its probe ran twice (`seq.v` again in the run's probe).
+            f"seq AS MATERIALIZED (SELECT coalesce((SELECT s.seq FROM {self.checkpoints} s "
             "WHERE s.thread_id = %(thread_id)s AND s.checkpoint_ns = %(checkpoint_ns)s "
             "AND s.seq IS NOT NULL ORDER BY s.seq DESC LIMIT 1), -1) + 1 AS v)",
             f"cp AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
