@@ -611,3 +611,45 @@ def test_pg_put_and_put_writes_probe_one_row_on_tables_without_statistics(
                 ):
                     assert node.get("Rows Removed by Filter", 0) <= 1, node
                     assert node["Actual Rows"] <= 1, node
+
+
+def test_pg_reads_by_id_use_the_primary_key_on_tables_without_statistics(
+    pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same fresh-table planner choice for reads (fixed by the index order of revision
+    0009 rather than in each statement): `get_tuple` of a checkpoint by id and the lookups
+    by id of a delta history read one checkpoint row each, never the namespace."""
+    from checkpointer.savers.sql.sync_exec import PostgresExecutor
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    run = PostgresExecutor._execute
+
+    def record(self: PostgresExecutor, cur: Any, stmt: Any) -> Any:
+        seen.append((stmt.sql, stmt.params))
+        return run(self, cur, stmt)
+
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
+        config, configs = make_config("long"), []
+        for step in range(150):
+            cp = empty_checkpoint()
+            cp["id"] = f"{step:06d}"
+            cp["channel_versions"] = {"topic": next_channel_version(None)}
+            config = saver.put(config, cp, {"step": step}, {})
+            saver.put_writes(config, [("topic", step)], str(uuid.uuid4()))
+            configs.append(config)
+        monkeypatch.setattr(PostgresExecutor, "_execute", record)
+        assert saver.get_tuple(configs[75]) is not None
+        history = saver.get_delta_channel_history(config=configs[75], channels=["topic"])
+        assert [w[2] for w in history["topic"]["writes"]] == list(range(75))
+    assert len(seen) == 2
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for sql, params in seen:
+            row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()
+            assert row is not None
+            for node in _plan_nodes(row[0][0]["Plan"]):
+                if node.get("Relation Name") != "checkpointer_checkpoints":
+                    continue
+                if node.get("Index Name") == "checkpointer_checkpoints_seq_idx":
+                    continue  # the ranges of a delta history, read on purpose
+                assert node.get("Rows Removed by Filter", 0) <= 1, node
+                assert node["Actual Rows"] <= 1, node
