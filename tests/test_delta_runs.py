@@ -301,6 +301,46 @@ def test_a_reversed_run_is_walked(tmp_path: Path) -> None:
         assert histories(sqlite, configs) == want
 
 
+@pytest.mark.parametrize(
+    "edits",
+    [
+        [("run_start", 3, 4)],  # reversed: the runs must not count backwards forever
+        [("parent_checkpoint_id", 5, 3), ("parent_checkpoint_id", 3, 4)],  # reordered
+        [("parent_checkpoint_id", 2, 4)],  # a loop inside a run
+        [("seq", 2, 3)],  # a repeated seq
+    ],
+)
+def test_postgres_tampered_runs_answer_as_the_pointer_walk(
+    monkeypatch: pytest.MonkeyPatch, edits: list[tuple[str, int, int]]
+) -> None:
+    """PostgreSQL checks its spans by another statement (`delta_runs.broken_span`): the
+    same edits around the saver answer as its pointer walk."""
+    import psycopg
+
+    from checkpointer.savers.postgres import PostgresSaver
+
+    require_postgres()
+    steps = [
+        {"parent": i - 1 if i else None, "channels": _no_seed(), "early": []} for i in range(7)
+    ]
+    ids = [new_checkpoint_id() for _ in steps]
+    schema = f"cp_tamper_{new_checkpoint_id()[:8]}"
+    try:
+        with PostgresSaver.from_conn_string(PG_URL, schema=schema, pool=False) as saver:
+            configs = drive(saver, steps, "t", ids)
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                for column, at, to in edits:
+                    value: Any = ids[to] if column == "parent_checkpoint_id" else to
+                    conn.execute(
+                        f'UPDATE "{schema}".checkpointer_checkpoints SET {column} = %s '
+                        "WHERE checkpoint_id = %s",
+                        (value, ids[at]),
+                    )
+            assert answers(saver, configs) == walked(saver, configs, monkeypatch)
+    finally:
+        drop_schema(schema)
+
+
 def _no_seed() -> dict[str, Any]:
     return {channel: (True, "none", [1]) for channel in CHANNELS}
 

@@ -104,24 +104,46 @@ def spans_sql(d: Dialect, n: int) -> str:
 
 
 def broken_span(d: Dialect) -> str:
-    """Whether span `g` is not a stretch of the parent chain: the numbers in [lo, hi] are
-    not one checkpoint each, or one of them above `lo` has no parent numbered just before
-    it.
+    """Whether span `g` is not a stretch of the parent chain: a hole, a repeated seq, or a
+    checkpoint whose parent is not the one numbered just before it. Two exact forms, each
+    the cheaper on its database (1,000 checkpoints: SQLite 0.5 ms vs 1.2 ms for the window,
+    PostgreSQL 0.8 ms less with the window)."""
+    if d.name == "postgresql":
+        return neighbours_disagree(d)
+    return parents_missing(d)
 
-    Exact, without pairing neighbours (a window over the span cost 5x more): with `hi`
-    held by the run's checkpoint, every checkpoint above `lo` having its parent (looked up
-    by id, in the namespace) at seq - 1 puts at least one checkpoint at every number down
-    to `lo`; `count = hi - lo + 1` then leaves exactly one at each, so the pointers from
-    `hi` pass hi, hi - 1, .., lo and nothing else is in the range. `min(seq) = lo` with
-    `count(q) = count - 1` says that no checkpoint above `lo` missed its parent."""
-    parent = (
-        f"LEFT JOIN {d.checkpoints} q ON {in_namespace(d, 'q')} "
-        "AND q.checkpoint_id = c.parent_checkpoint_id AND q.seq = c.seq - 1 AND c.seq > g.lo"
+
+def neighbours_disagree(d: Dialect) -> str:
+    """`broken_span` by a window pairing each checkpoint of the span with the previous."""
+    return (
+        "EXISTS (SELECT 1 FROM (SELECT c.seq AS seq, c.parent_checkpoint_id AS parent, "
+        "lag(c.seq) OVER (ORDER BY c.seq) AS pseq, "
+        "lag(c.checkpoint_id) OVER (ORDER BY c.seq) AS prev "
+        f"FROM {d.checkpoints} c WHERE {in_namespace(d, 'c')} "
+        "AND c.seq BETWEEN g.lo AND g.hi) x "
+        "WHERE (x.pseq IS NULL AND x.seq <> g.lo) OR (x.pseq IS NOT NULL "
+        "AND (x.pseq <> x.seq - 1 OR x.parent IS NULL OR x.parent <> x.prev)))"
+    )
+
+
+def parents_missing(d: Dialect) -> str:
+    """`broken_span` by a count and one probe per checkpoint, no pairing of neighbours.
+
+    Exact: `hi` is held by the run's checkpoint, and every checkpoint above `lo` having
+    its parent (probed by number and id, in the namespace) at seq - 1 puts at least one
+    checkpoint at every number down to `lo`; `count = hi - lo + 1` then leaves exactly one
+    at each, so the pointers from `hi` pass hi, hi - 1, .., lo and nothing else is in the
+    range. The probe is a correlated subquery, not a join, so that no planner makes it a
+    scan per checkpoint (PostgreSQL did, without statistics: quadratic in the span)."""
+    orphan = (
+        f"CASE WHEN c.seq > g.lo AND NOT EXISTS (SELECT 1 FROM {d.checkpoints} q "
+        f"WHERE {in_namespace(d, 'q')} AND q.seq = c.seq - 1 "
+        "AND q.checkpoint_id = c.parent_checkpoint_id) THEN 1 ELSE 0 END"
     )
     return (
-        "NOT coalesce((SELECT count(*) = g.hi - g.lo + 1 AND min(c.seq) = g.lo "
-        f"AND count(q.seq) = count(*) - 1 FROM {d.checkpoints} c {parent} "
-        f"WHERE {in_namespace(d, 'c')} AND c.seq BETWEEN g.lo AND g.hi), FALSE)"
+        f"NOT coalesce((SELECT count(*) = g.hi - g.lo + 1 AND sum({orphan}) = 0 "
+        f"FROM {d.checkpoints} c WHERE {in_namespace(d, 'c')} "
+        "AND c.seq BETWEEN g.lo AND g.hi), FALSE)"
     )
 
 
