@@ -85,7 +85,7 @@ def _json_type(value: Any) -> str:
     )
 
 
-_scan = json.JSONDecoder().scan_once
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def loads_json(text: str | bytes) -> Any:
