@@ -3,7 +3,7 @@ values and pending writes), and `decode_tuples`, which turns the rows into tuple
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
@@ -24,8 +24,9 @@ from checkpointer.savers.sql.records import (
 )
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import fast_loader_of
-from checkpointer.serde.located import ValueLocation, is_located, load_at
+from checkpointer.serde.located import ValueLocation, is_located, load_at, plain_batch_loader
 from checkpointer.serde.value_cache import ValueCache
+from checkpointer.serde.value_types import TAG_MSGPACK
 from checkpointer.types import (
     CheckpointTuple,
     PendingWrite,
@@ -294,8 +295,21 @@ def decode_tuples(
     none: list[Row] = []
     takes_inline = not located and getattr(serde, "stores_scalars_inline", False) is True
     decode_key = d.decode_write_key
+    # Write values a chunk of checkpoints at a time in one call where the serializer can
+    # (`plain_batch_loader`, as the delta history): a few small values per checkpoint, each
+    # a msgpack-python call with Python hooks otherwise. By chunks, not the whole page: a
+    # caller that stops early leaves most of a page undecoded.
+    plain = None if fast is None or len(heads) < 2 else plain_batch_loader(serde)
+    batched: dict[int, list[Any]] = {}
+    batched_to = 0
 
-    for head in heads:
+    for at, head in enumerate(heads):
+        if plain is not None and at >= batched_to:
+            batched_to = at + _WRITES_CHUNK
+            found = _batch_writes(heads[at:batched_to], writes_of, plain)
+            if found is None:  # values the batch cannot take: likely the whole page's
+                plain, found = None, {}
+            batched = found
         thread_id, ns, checkpoint_id, parent_id = head[2], head[3], head[4], head[5]
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         blob_rows = blobs_of.get(head[0], none)
@@ -325,8 +339,12 @@ def decode_tuples(
         if write_rows:
             if len(write_rows) > 1:
                 write_rows.sort(key=_applied_order)
-            for row in write_rows:
+            done = batched.get(head[0])
+            for j, row in enumerate(write_rows):
                 task_id, idx = decode_key(row[3], row[6])
+                if done is not None and done[j] is not _UNBATCHED:
+                    writes.append((task_id, row[4], done[j]))
+                    continue
                 raw = row[7]
                 data = (row[5], raw if type(raw) is bytes else bytes(raw))
                 if fast is not None:  # the common case inline: four writes a checkpoint
@@ -355,6 +373,44 @@ def decode_tuples(
             make_config(thread_id, ns, parent_id) if parent_id is not None else None,
             writes,
         )
+
+
+_WRITES_CHUNK = 64
+"""Checkpoints whose write values are decoded in one call (see `decode_tuples`)."""
+_UNBATCHED: Any = object()
+
+
+def _batch_writes(
+    heads: Sequence[Row],
+    writes_of: Mapping[int, list[Row]],
+    plain: Callable[[Sequence[bytes]], list[Any] | None],
+) -> dict[int, list[Any]] | None:
+    """The write values of `heads` (checkpoint rows), each checkpoint's in applied order
+    (its rows sorted so here), `_UNBATCHED` for a value not tagged msgpack; None when the
+    batch cannot be read in one call: each value is then read alone, which names a value
+    that cannot be read at all."""
+    raws: list[bytes] = []
+    for head in heads:
+        rows = writes_of.get(head[0])
+        if rows:
+            if len(rows) > 1:
+                rows.sort(key=_applied_order)
+            raws.extend(row[7] for row in rows if row[5] == TAG_MSGPACK and type(row[7]) is bytes)
+    if not raws:
+        return {}
+    values = plain(raws)
+    if values is None:
+        return None
+    out: dict[int, list[Any]] = {}
+    taken = iter(values)
+    for head in heads:
+        rows = writes_of.get(head[0])
+        if rows:
+            out[head[0]] = [
+                next(taken) if row[5] == TAG_MSGPACK and type(row[7]) is bytes else _UNBATCHED
+                for row in rows
+            ]
+    return out
 
 
 _PAGE_KEY = itemgetter(4, 2, 3)
