@@ -1,18 +1,23 @@
-"""SQLite `list` pages number their checkpoints by rowid and put them in page order in
+"""The read path's shortcuts against what they stand for.
+
+SQLite `list` pages number their checkpoints by rowid and put them in page order in
 Python (`reads._page_sort`): that order must be SQLite's own ORDER BY checkpoint_id DESC,
 thread_id DESC, checkpoint_ns DESC, whatever the keys' characters and whatever order the
 rows were written in, and every checkpoint must keep its own pending writes."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checkpointer.savers.sql.reads import _page_sort
+from checkpointer.savers.sql.records import loads_json
 from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
@@ -101,3 +106,87 @@ def test_page_sort_matches_sqlite_with_blob_keys(keys: list[tuple[Any, Any, Any]
     conn.close()
     _page_sort(rows, SqliteDialect())
     assert [(r[2], r[3], r[4]) for r in rows] == expected
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    st.one_of(
+        _JSONISH.map(lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))),
+        st.tuples(_JSONISH, st.sampled_from(["", " ", "\n", "x", "}", ",1"])).map(
+            lambda p: json.dumps(p[0]) + p[1]
+        ),
+        st.tuples(st.sampled_from(["", " ", "\ufeff", "\t"]), _JSONISH).map(
+            lambda p: p[0] + json.dumps(p[1])
+        ),
+        st.text(max_size=12),
+        st.binary(max_size=12),
+    )
+)
+def test_loads_json_is_json_loads(text: str | bytes) -> None:
+    """The records' parser takes the C scanner straight: the same value as json.loads, or
+    the same error."""
+    try:
+        expected: Any = json.loads(text)
+    except Exception as exc:  # the error's type and message, which CorruptValueError quotes
+        expected = (type(exc), str(exc))
+        with pytest.raises(type(exc)) as raised:
+            loads_json(text)
+        assert str(raised.value) == expected[1]
+        return
+    assert loads_json(text) == expected
+
+
+# Values of every shape a batch meets: plain msgpack (the batch), extensions (tuples, big
+# ints: the batch refuses the chunk), None and bytes (other tags).
+_WRITE_VALUE = st.one_of(
+    _JSONISH,
+    st.tuples(st.integers(), st.text(max_size=3)),
+    st.integers(min_value=2**64, max_value=2**70),
+    st.binary(max_size=4),
+    st.lists(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), max_size=2),
+)
+
+
+_PLAIN_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.one_of(
+        # Plain values only (every chunk read in one call), or with the odd other one.
+        st.lists(st.lists(_PLAIN_VALUE, max_size=3), min_size=1, max_size=140),
+        st.lists(st.lists(_WRITE_VALUE, max_size=3), min_size=1, max_size=80),
+    )
+)
+def test_list_write_values_are_get_tuples(writes: list[list[Any]]) -> None:
+    """A page's write values, decoded by chunks in one call where they can be
+    (`reads._batch_writes`), are what each checkpoint's own `get_tuple` reads, in order."""
+    saver = SqliteSaver(":memory:")
+    saver.setup()
+    try:
+        config = make_config("w")
+        for i, values in enumerate(writes):
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = f"{i:04d}"
+            config = saver.put(config, checkpoint, {"step": i}, {})
+            saver.put_writes(config, [(f"c{j}", v) for j, v in enumerate(values)], f"t{i}")
+        listed = list(saver.list(make_config("w")))
+        assert len(listed) == len(writes)
+        for tup in listed:
+            alone = saver.get_tuple(tup.config)
+            assert alone is not None
+            assert tup.pending_writes == alone.pending_writes
+            i = tup.metadata["step"]
+            assert [w[2] for w in tup.pending_writes or []] == writes[i]
+    finally:
+        saver.close()
