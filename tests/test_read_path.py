@@ -16,8 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checkpointer.savers.base import dumps_json
+from checkpointer.savers.metadata import escape_json_text
+from checkpointer.savers.sql.postgres_dialect import PostgresDialect
 from checkpointer.savers.sql.reads import _page_sort
-from checkpointer.savers.sql.records import loads_json
+from checkpointer.savers.sql.records import decode_metadata, loads_json, metadata_escaped
 from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
@@ -190,3 +193,27 @@ def test_list_write_values_are_get_tuples(writes: list[list[Any]]) -> None:
             assert [w[2] for w in tup.pending_writes or []] == writes[i]
     finally:
         saver.close()
+
+
+_META_TEXT = st.text(alphabet=st.sampled_from('a\x00\uffff0\\"é'), max_size=6)
+
+
+@given(
+    st.dictionaries(
+        _META_TEXT,
+        st.recursive(
+            st.none() | st.integers() | _META_TEXT,
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_META_TEXT, inner),
+            max_leaves=6,
+        ),
+        max_size=4,
+    )
+)
+def test_escaped_metadata_text_reads_as_parsed_jsonb(metadata: dict[str, Any]) -> None:
+    """PostgreSQL metadata comes as jsonb's text: unescaped only when the text holds the
+    escape character, it reads as the parsed jsonb did (unescaped always)."""
+    text = escape_json_text(dumps_json(metadata))
+    assert decode_metadata(text, escaped=True) == decode_metadata(json.loads(text))
+    assert decode_metadata(text, escaped=True) == metadata
+    assert metadata_escaped(PostgresDialect("public"))
+    assert not metadata_escaped(SqliteDialect())

@@ -20,6 +20,7 @@ from checkpointer.savers.sql.records import (
     decode_checkpoint,
     decode_metadata,
     inline_loader,
+    metadata_escaped,
     write_value,
 )
 from checkpointer.serde import Serializer
@@ -69,7 +70,8 @@ def _tuples_sql(d: Dialect, page_sql: str, single: bool = False) -> str:
         f"WITH t AS MATERIALIZED (SELECT q.*, {number} AS k FROM ({page_sql}) q) "
         "SELECT t.k, 0 AS kind, t.thread_id AS a, t.checkpoint_ns AS b, t.checkpoint_id AS c, "
         f"t.parent_checkpoint_id AS d, {d.typed('t.page_limit', 'bigint')} AS n, "
-        f"{d.null('bytes')} AS data, t.checkpoint AS rec, t.metadata AS meta FROM t "
+        f"{d.null('bytes')} AS data, {d.typed('t.checkpoint', 'text')} AS rec, "
+        f"{d.typed('t.metadata', 'text')} AS meta FROM t "
         "UNION ALL "
         f"SELECT t.k, 1, bl.channel, {d.versions_value('v')}, NULL, bl.type, NULL, bl.blob, "
         f"NULL, NULL FROM t {d.versions_join('t.checkpoint', 'v')} "
@@ -269,6 +271,10 @@ def decode_tuples(
     blob (a = channel, b = version, d = type), 2 a pending write (a = task_path, b = task_id,
     c = channel, d = type, n = idx). The rows come in any order: they are grouped per
     checkpoint here, writes in the order they were applied.
+
+    Records and metadata come as JSON text on every dialect (PostgreSQL's jsonb as text:
+    parsed here by `records.loads_json`, not by the driver's json.loads, and metadata
+    unescaped only when its text holds the escape character, see `decode_metadata`).
     """
     heads: list[Row] = []
     blobs_of: dict[int, list[Row]] = {}
@@ -290,11 +296,13 @@ def decode_tuples(
     located = is_located(serde)
     # Values decode through the batch loader when there is one; a value it cannot read
     # goes through `read`, which names where the value is.
-    fast = None if located else fast_loader_of(serde)
+    # (None too when the page holds no value row: a delta thread's head often does not.)
+    fast = None if located or not (blobs_of or writes_of) else fast_loader_of(serde)
     read = partial(load_at, serde)
     none: list[Row] = []
     takes_inline = not located and getattr(serde, "stores_scalars_inline", False) is True
     decode_key = d.decode_write_key
+    escaped = metadata_escaped(d)
     # Write values a chunk of checkpoints at a time in one call where the serializer can
     # (`plain_batch_loader`, as the delta history): a few small values per checkpoint, each
     # a msgpack-python call with Python hooks otherwise. By chunks, not the whole page: a
@@ -337,9 +345,9 @@ def decode_tuples(
             )
         writes: list[PendingWrite] = []
         if write_rows:
-            if len(write_rows) > 1:
+            done = batched.get(head[0])  # its rows are sorted then
+            if done is None and len(write_rows) > 1:
                 write_rows.sort(key=_applied_order)
-            done = batched.get(head[0])
             for j, row in enumerate(write_rows):
                 task_id, idx = decode_key(row[3], row[6])
                 if done is not None and done[j] is not _UNBATCHED:
@@ -369,7 +377,7 @@ def decode_tuples(
                 if located
                 else None,
             ),
-            decode_metadata(head[9], where),
+            decode_metadata(head[9], where, escaped),
             make_config(thread_id, ns, parent_id) if parent_id is not None else None,
             writes,
         )
@@ -448,6 +456,6 @@ def _by_channel(row: Row) -> str:
     return str(row[2])
 
 
-def _applied_order(row: Row) -> tuple[str, str, int]:
-    """(task_path, stored task id, stored idx): the order the runtime applied them in."""
-    return (row[2], row[3], row[6])
+_applied_order = itemgetter(2, 3, 6)
+"""(task_path, stored task id, stored idx) of a write row: the order the runtime applied
+them in."""
