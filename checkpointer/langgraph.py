@@ -189,17 +189,21 @@ def _langgraph_writes(writes: Sequence[PendingWrite] | None) -> list[PendingWrit
     return [(task_id, channel, _langgraph_value(value)) for task_id, channel, value in writes]
 
 
-def _langgraph_tuple(tup: CheckpointTuple | None) -> LangGraphTuple | None:
+def _langgraph_tuple(tup: CheckpointTuple | None, own: bool = False) -> LangGraphTuple | None:
+    """`tup` as LangGraph's tuple, our markers as LangGraph's. The checkpoint and its values
+    are copies (the caller may change them, `_with_sends` does) unless the saver says its
+    tuples are the caller's `own` (`returns_own_tuples`: decoded for this call alone)."""
     if tup is None:
         return None
-    checkpoint: dict[str, Any] = dict(tup.checkpoint)
+    checkpoint: dict[str, Any] = tup.checkpoint if own else dict(tup.checkpoint)  # type: ignore[assignment]
     values = checkpoint["channel_values"]
-    for value in values.values():
+    for value in values.values():  # a loop, not any(<generator>): once per listed tuple
         if isinstance(value, _OUR_MARKERS):
             checkpoint["channel_values"] = {k: _langgraph_value(v) for k, v in values.items()}
             break
     else:
-        checkpoint["channel_values"] = dict(values)
+        if not own:
+            checkpoint["channel_values"] = dict(values)
     # Positional (config, checkpoint, metadata, parent_config, pending_writes): keywords
     # cost a NamedTuple more than its fields.
     return LangGraphTuple(
@@ -414,6 +418,11 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         saver.serde = serde
         self.saver = saver
 
+    @property
+    def _own_tuples(self) -> bool:
+        """Whether the saver's tuples are decoded for each call (no copy needed)."""
+        return getattr(self.saver, "returns_own_tuples", False) is True
+
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     def from_conn_string(
@@ -519,14 +528,14 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
     def _read_sends(self, tup: CheckpointTuple | None) -> LangGraphTuple | None:
         """`tup` for LangGraph, with pending sends of an old format moved into their
         channel (`_with_sends`): one more read, only for such a checkpoint."""
-        converted = _langgraph_tuple(tup)
+        converted = _langgraph_tuple(tup, self._own_tuples)
         parent = _sends_parent(tup)
         if parent is None or converted is None:
             return converted
         return _with_sends(converted, self.saver.get_tuple(parent), self.get_next_version)
 
     async def _aread_sends(self, tup: CheckpointTuple | None) -> LangGraphTuple | None:
-        converted = _langgraph_tuple(tup)
+        converted = _langgraph_tuple(tup, self._own_tuples)
         parent = _sends_parent(tup)
         if parent is None or converted is None:
             return converted

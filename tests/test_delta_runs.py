@@ -22,6 +22,7 @@ from checkpointer.ids import new_checkpoint_id, task_id_for
 from checkpointer.savers.memory import InMemorySaver
 from checkpointer.savers.migrate import migrate
 from checkpointer.savers.sql import saver as saver_module
+from checkpointer.savers.sql.plan import Stmt
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import PG_URL, drop_schema, require_postgres
@@ -189,6 +190,155 @@ def test_a_loop_inside_a_run_is_refused(tmp_path: Path) -> None:
             )
         with pytest.raises(CorruptHistoryError):
             sqlite.get_delta_channel_history(config=configs[-1], channels=CHANNELS)
+
+
+@st.composite
+def tampers(draw: Any) -> list[tuple[str, int, int | None, int]]:
+    """Edits around the saver, by put order (indexes wrap around the tree): a parent
+    pointer moved to another checkpoint (or cleared); a seq or a run_start set to another
+    checkpoint's seq plus -1, 0 or 1 (repeats, holes, reversed runs), or cleared."""
+    edit = st.tuples(
+        st.sampled_from(["parent_checkpoint_id", "parent_checkpoint_id", "seq", "run_start"]),
+        st.integers(0, 13),
+        st.integers(0, 13) | st.none(),
+        st.integers(-1, 1),
+    )
+    return draw(st.lists(edit, min_size=1, max_size=3))
+
+
+def answers(saver: Any, configs: list[Any]) -> list[Any]:
+    """Each checkpoint's histories, or the type of the error reading them raised."""
+    out: list[Any] = []
+    for config in configs:
+        try:
+            out.append(saver.get_delta_channel_history(config=config, channels=CHANNELS))
+        except CorruptHistoryError as exc:
+            out.append(type(exc))
+    return out
+
+
+@settings(SETTINGS, max_examples=100)
+@given(steps=trees(), edits=tampers())
+def test_tampered_numbers_and_pointers_answer_as_the_pointer_walk(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    steps: list[Any],
+    edits: list[tuple[str, int, int | None, int]],
+) -> None:
+    """Whatever was edited around the saver, the ranges answer exactly as the pointer walk
+    (which is what `checks_sql` must guarantee: it asks for the walk wherever the numbers
+    and the pointers disagree), loops included."""
+    ids = [new_checkpoint_id() for _ in steps]
+    path = tmp_path / f"tamper-{next(_counter)}.db"
+    with SqliteSaver.from_conn_string(str(path)) as sqlite:
+        configs = drive(sqlite, steps, "t", ids)
+        with sqlite3.connect(path) as conn:
+            for column, at, to, delta in edits:
+                value: Any = None
+                if to is not None and column == "parent_checkpoint_id":
+                    value = ids[to % len(ids)]
+                elif to is not None:
+                    (value,) = conn.execute(
+                        "SELECT seq + ? FROM checkpointer_checkpoints WHERE checkpoint_id = ?",
+                        (delta, ids[to % len(ids)]),
+                    ).fetchone()
+                conn.execute(
+                    f"UPDATE checkpointer_checkpoints SET {column} = ? WHERE checkpoint_id = ?",
+                    (value, ids[at % len(ids)]),
+                )
+        assert answers(sqlite, configs) == walked(sqlite, configs, monkeypatch)
+
+
+def walked(saver: Any, configs: list[Any], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """`answers`, every history by the pointer walk."""
+    with monkeypatch.context() as patch:
+        patch.setattr(saver_module, "delta_runs_stmt", lambda d, **_: Stmt("SELECT -2", fetch=True))
+        return answers(saver, configs)
+
+
+def test_a_reordered_run_answers_as_its_pointers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parent pointers edited inside a run into another order of the same checkpoints (no
+    loop, no hole, every seq once, run_start untouched): the writes come in the pointers'
+    order, not the numbers'."""
+    steps = [
+        {"parent": i - 1 if i else None, "channels": _no_seed(), "early": []} for i in range(7)
+    ]
+    ids = [new_checkpoint_id() for _ in steps]
+    path = tmp_path / "reordered.db"
+    with SqliteSaver.from_conn_string(str(path)) as sqlite:
+        configs = drive(sqlite, steps, "t", ids)
+        before = answers(sqlite, configs)
+        with sqlite3.connect(path) as conn:
+            for child, parent in ((5, 3), (3, 4), (4, 2)):
+                conn.execute(
+                    "UPDATE checkpointer_checkpoints SET parent_checkpoint_id = ? "
+                    "WHERE checkpoint_id = ?",
+                    (ids[parent], ids[child]),
+                )
+        by_runs = answers(sqlite, configs)
+        assert by_runs == walked(sqlite, configs, monkeypatch)
+        assert by_runs[6] != before[6]  # the same writes, in another order
+
+
+def test_a_reversed_run_is_walked(tmp_path: Path) -> None:
+    """A run_start edited above its checkpoint's seq: the runs must not count backwards
+    forever (they did: the read never returned), and the pointer walk answers."""
+    steps = [
+        {"parent": i - 1 if i else None, "channels": _no_seed(), "early": []} for i in range(6)
+    ]
+    ids = [new_checkpoint_id() for _ in steps]
+    want = histories(memory := InMemorySaver(), drive(memory, steps, "t", ids))
+    path = tmp_path / "reversed.db"
+    with SqliteSaver.from_conn_string(str(path)) as sqlite:
+        configs = drive(sqlite, steps, "t", ids)
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE checkpointer_checkpoints SET run_start = 4 WHERE checkpoint_id = ?",
+                (ids[3],),
+            )
+        assert histories(sqlite, configs) == want
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        [("run_start", 3, 4)],  # reversed: the runs must not count backwards forever
+        [("parent_checkpoint_id", 5, 3), ("parent_checkpoint_id", 3, 4)],  # reordered
+        [("parent_checkpoint_id", 2, 4)],  # a loop inside a run
+        [("seq", 2, 3)],  # a repeated seq
+    ],
+)
+def test_postgres_tampered_runs_answer_as_the_pointer_walk(
+    monkeypatch: pytest.MonkeyPatch, edits: list[tuple[str, int, int]]
+) -> None:
+    """PostgreSQL checks its spans by another statement (`delta_runs.broken_span`): the
+    same edits around the saver answer as its pointer walk."""
+    import psycopg
+
+    from checkpointer.savers.postgres import PostgresSaver
+
+    require_postgres()
+    steps = [
+        {"parent": i - 1 if i else None, "channels": _no_seed(), "early": []} for i in range(7)
+    ]
+    ids = [new_checkpoint_id() for _ in steps]
+    schema = f"cp_tamper_{new_checkpoint_id()[:8]}"
+    try:
+        with PostgresSaver.from_conn_string(PG_URL, schema=schema, pool=False) as saver:
+            configs = drive(saver, steps, "t", ids)
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                for column, at, to in edits:
+                    value: Any = ids[to] if column == "parent_checkpoint_id" else to
+                    conn.execute(
+                        f'UPDATE "{schema}".checkpointer_checkpoints SET {column} = %s '
+                        "WHERE checkpoint_id = %s",
+                        (value, ids[at]),
+                    )
+            assert answers(saver, configs) == walked(saver, configs, monkeypatch)
+    finally:
+        drop_schema(schema)
 
 
 def _no_seed() -> dict[str, Any]:

@@ -395,3 +395,33 @@ def test_run_metadata_reads_a_chainmap_as_iterating_it(
     got = run_metadata(config, base)
     assert got == run_metadata(plain, base)
     assert list(got) == list(run_metadata(plain, base))
+
+
+def test_memory_tuples_are_the_callers_own() -> None:
+    """The in-memory saver says its tuples are decoded per call (`returns_own_tuples`), so
+    the adapter converts them in place: changing one read's checkpoint, values, metadata
+    or writes never shows in another read."""
+    from checkpointer.savers.memory import InMemorySaver
+
+    saver = LangGraphSaver(InMemorySaver())
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"a": [1, {"x": 2}]}
+    checkpoint["channel_versions"] = {"a": "1"}
+    config = saver.put(make_config("t"), checkpoint, {"source": "loop", "step": 0}, {"a": "1"})
+    saver.put_writes(config, [("a", [3])], "task")
+    for read in (lambda: saver.get_tuple(config), lambda: next(iter(saver.list(config)))):
+        first = read()
+        assert first is not None
+        first.checkpoint["channel_values"]["a"][1]["x"] = 99
+        first.checkpoint["channel_values"]["b"] = 1
+        first.checkpoint["id"] = "other"
+        first.metadata["step"] = 5
+        first.pending_writes[0][2].append(4)
+        first.config["configurable"]["thread_id"] = "u"
+        second = read()
+        assert second is not None
+        assert second.checkpoint["channel_values"] == {"a": [1, {"x": 2}]}
+        assert second.checkpoint["id"] == checkpoint["id"]
+        assert second.metadata["step"] == 0
+        assert second.pending_writes == [("task", "a", [3])]
+        assert second.config["configurable"]["thread_id"] == "t"

@@ -631,4 +631,52 @@ def test_pg_upgrade_to_0007_indexes_parents(pg_url: str, pg_schema: str) -> None
             (pg_schema, "checkpointer_checkpoints_parent_idx"),
         ).fetchall()
     assert len(indexes) == 1
-    assert "(thread_id, checkpoint_ns, parent_checkpoint_id)" in indexes[0][0]
+    assert "(parent_checkpoint_id, thread_id, checkpoint_ns)" in indexes[0][0]  # as of 0009
+
+
+def test_sqlite_upgrade_to_0009_reorders_the_parent_index(tmp_path: Path) -> None:
+    """A database at 0008 gets the parent index led by the parent id; its rows read back
+    unchanged and the parent rule still finds children through the index."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0008")):
+            conn.execute(statement)
+        _write_rows_at_first_revision(conn.execute, "?")
+    migrate(f"sqlite:///{path}")
+    assert _version(path) == [(SCHEMA_REVISION,)]
+    with sqlite3.connect(path) as conn:
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'checkpointer_checkpoints_parent_idx'"
+        ).fetchone()
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT 1 FROM checkpointer_checkpoints WHERE thread_id = 't' "
+            "AND checkpoint_ns = '' AND parent_checkpoint_id = 'p'"
+        ).fetchall()
+    assert "(parent_checkpoint_id, thread_id, checkpoint_ns)" in sql
+    assert any("checkpointer_checkpoints_parent_idx" in str(row) for row in plan), plan
+    with SqliteSaver.from_conn_string(path, setup=False) as saver:
+        _upgrade_from_0006_and_check_the_parent_rule(saver)
+
+
+def test_pg_upgrade_to_0009_reorders_the_parent_index(pg_url: str, pg_schema: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+        for statement in split_statements(
+            render_upgrade_sql("postgresql", pg_schema, None, "0008")
+        ):
+            conn.execute(statement)
+        _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
+        before = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
+            (pg_schema, "checkpointer_checkpoints_parent_idx"),
+        ).fetchall()
+    assert "(thread_id, checkpoint_ns, parent_checkpoint_id)" in before[0][0]
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False) as saver:
+        _upgrade_from_0006_and_check_the_parent_rule(saver)  # set up (upgraded) on open
+    assert _pg_version(pg_url, pg_schema) == [(SCHEMA_REVISION,)]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        after = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
+            (pg_schema, "checkpointer_checkpoints_parent_idx"),
+        ).fetchall()
+    assert "(parent_checkpoint_id, thread_id, checkpoint_ns)" in after[0][0]

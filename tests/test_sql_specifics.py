@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -556,3 +556,100 @@ async def test_inline_values_under_an_encrypting_serializer(sql: Sql) -> None:
     assert got.checkpoint["channel_values"] == {"n": 5}
     history = await sql.call("get_delta_channel_history", config=head, channels=["d"])
     assert history["d"]["seed"] == 1 and [w[2] for w in history["d"]["writes"]] == [2]
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _plan_nodes(child)
+
+
+def test_pg_put_and_put_writes_probe_one_row_on_tables_without_statistics(
+    pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh tables have no statistics, and the planner then takes the parent index's
+    (thread, namespace) prefix as readily as the primary key for a probe by checkpoint
+    id, reading every checkpoint of the namespace. The probes of the put and put_writes
+    statements must read a row or two whatever the thread's length."""
+    from checkpointer.savers.sql.sync_exec import PostgresExecutor
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    run = PostgresExecutor._execute
+
+    def record(self: PostgresExecutor, cur: Any, stmt: Any) -> Any:
+        seen.append((stmt.sql, stmt.params))
+        return run(self, cur, stmt)
+
+    monkeypatch.setattr(PostgresExecutor, "_execute", record)
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
+        config = make_config("long")
+        for step in range(150):
+            cp = empty_checkpoint()
+            cp["id"] = f"{step:06d}"
+            cp["channel_versions"] = {"topic": next_channel_version(None)}
+            config = saver.put(config, cp, {"step": step}, {})
+            saver.put_writes(config, [("topic", step)], str(uuid.uuid4()))
+    put_sql, put = next(s for s in reversed(seen) if "INSERT INTO" in s[0] and "prior" in s[0])
+    writes_sql, writes = next(s for s in reversed(seen) if s[0].startswith("WITH x"))
+    last = put["checkpoint_id"]
+    cases = [
+        # The 151st checkpoint, and a re-put of the 150th (a probe that finds its row).
+        (put_sql, {**put, "checkpoint_id": "000150", "head": "000150", "parent_id": last}),
+        (put_sql, put),
+        # More writes on the 150th (its seq found), and writes before their checkpoint.
+        (writes_sql, {**writes, "task_id": str(uuid.uuid4())}),
+        (writes_sql, {**writes, "checkpoint_id": "000150"}),
+    ]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for sql, params in cases:
+            with conn.transaction(force_rollback=True):
+                row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()
+            assert row is not None
+            for node in _plan_nodes(row[0][0]["Plan"]):
+                if node.get("Relation Name") == "checkpointer_checkpoints" and "Scan" in str(
+                    node.get("Node Type")
+                ):
+                    assert node.get("Rows Removed by Filter", 0) <= 1, node
+                    assert node["Actual Rows"] <= 1, node
+
+
+def test_pg_reads_by_id_use_the_primary_key_on_tables_without_statistics(
+    pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same fresh-table planner choice for reads (fixed by the index order of revision
+    0009 rather than in each statement): `get_tuple` of a checkpoint by id and the lookups
+    by id of a delta history read one checkpoint row each, never the namespace."""
+    from checkpointer.savers.sql.sync_exec import PostgresExecutor
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    run = PostgresExecutor._execute
+
+    def record(self: PostgresExecutor, cur: Any, stmt: Any) -> Any:
+        seen.append((stmt.sql, stmt.params))
+        return run(self, cur, stmt)
+
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
+        config, configs = make_config("long"), []
+        for step in range(150):
+            cp = empty_checkpoint()
+            cp["id"] = f"{step:06d}"
+            cp["channel_versions"] = {"topic": next_channel_version(None)}
+            config = saver.put(config, cp, {"step": step}, {})
+            saver.put_writes(config, [("topic", step)], str(uuid.uuid4()))
+            configs.append(config)
+        monkeypatch.setattr(PostgresExecutor, "_execute", record)
+        assert saver.get_tuple(configs[75]) is not None
+        history = saver.get_delta_channel_history(config=configs[75], channels=["topic"])
+        assert [w[2] for w in history["topic"]["writes"]] == list(range(75))
+    assert len(seen) == 2
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for sql, params in seen:
+            row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()
+            assert row is not None
+            for node in _plan_nodes(row[0][0]["Plan"]):
+                if node.get("Relation Name") != "checkpointer_checkpoints":
+                    continue
+                if node.get("Index Name") == "checkpointer_checkpoints_seq_idx":
+                    continue  # the ranges of a delta history, read on purpose
+                assert node.get("Rows Removed by Filter", 0) <= 1, node
+                assert node["Actual Rows"] <= 1, node

@@ -81,6 +81,10 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
     passes_value_locations = True
     """Every value and checkpoint record is stored and read with its `ValueLocation`
     (metadata is JSON text, as in the SQL savers: filterable, never encrypted)."""
+    returns_own_tuples = True
+    """Every tuple `get_tuple` and `list` return is decoded for that call from the stored
+    bytes and text: nothing in it is shared with the saver or another caller (the
+    LangGraph adapter then converts in place)."""
 
     def __init__(self, *, serde: Serializer | None = None) -> None:
         super().__init__(serde=serde)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import Any
 
 from checkpointer.errors import CorruptValueError
 from checkpointer.savers.base import history_loop
@@ -142,9 +141,13 @@ def decode_delta_history(
     fast = batch_loader(serde)  # as in `decode_tuples`
     read = partial(load_at, serde)
     takes_inline = serde_inlines(serde)
-    writes: list[tuple[list[Any], str, int, str, Any, tuple[str, bytes]]] = []
+    pending: list[Row] = []  # the write rows, decoded together below
     for row in rows:
-        kind, _depth, channel, _path, stored_task_id, stored_idx, type_, blob, ref = row[:9]
+        kind = row[0]
+        if kind == 1:
+            pending.append(row)
+            continue
+        _, _depth, channel, _path, _task_id, _idx, type_, blob, ref = row[:9]
         if kind == WALK_BOUND_REACHED:  # never decode a walk cut short (see the statement)
             raise history_loop(thread_id, checkpoint_ns, str(ref))
         if kind == WALK_RECORD:
@@ -164,7 +167,7 @@ def decode_delta_history(
         entry = out.get(channel)
         if entry is None:
             continue
-        if kind == 0 and blob is None:  # a seed kept inline in its record
+        if blob is None:  # a seed kept inline in its record
             where = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
             value = from_sql(row[9], row[10], {**where, "channel": channel})
             if not takes_inline:
@@ -173,33 +176,45 @@ def decode_delta_history(
             entry["seed"] = value
             continue
         data = (type_, blob if type(blob) is bytes else bytes(blob))
-        if kind == 0:
-            if cache is not None:  # as in `decode_tuples`
-                data = cache.plain(data, thread_id, checkpoint_ns, channel, str(ref))
-            entry["seed"] = read(
-                data,
-                ValueLocation.blob(thread_id, checkpoint_ns, channel, ref) if located else None,
-                thread_id=thread_id,
-                checkpoint_ns=checkpoint_ns,
-                channel=channel,
-                version=ref,
-            )
-            continue
-        task_id, idx = d.decode_write_key(stored_task_id, stored_idx)
-        writes.append((entry["writes"], task_id, idx, channel, ref, data))
-    # The writes' values, in one call where the serializer can (`plain_batch_loader`).
+        if cache is not None:  # as in `decode_tuples`
+            data = cache.plain(data, thread_id, checkpoint_ns, channel, str(ref))
+        entry["seed"] = read(
+            data,
+            ValueLocation.blob(thread_id, checkpoint_ns, channel, ref) if located else None,
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            channel=channel,
+            version=ref,
+        )
+    # The writes, oldest first: per row (kind, depth, channel, task_path, task_id, idx,
+    # type, blob, ref). Their values in one call where the serializer can
+    # (`plain_batch_loader`), else each alone; a loop per column, not per row, for the
+    # thousand writes of a deep history.
+    writes = [row for row in pending if row[2] in out]
+    key = d.decode_write_key
+    keys = [key(row[4], row[5]) for row in writes]
     plain = plain_batch_loader(serde)
     values = None
-    if plain is not None and all(w[5][0] == TAG_MSGPACK for w in writes):
-        values = plain([w[5][1] for w in writes])
-    for i, (into, task_id, idx, channel, ref, data) in enumerate(writes):
-        if values is not None:
-            value = values[i]
-        else:
-            value = write_value(
-                fast, read, located, data, thread_id, checkpoint_ns, ref, task_id, idx, channel
+    if plain is not None and all(row[6] == TAG_MSGPACK for row in writes):
+        values = plain([b if type(b := row[7]) is bytes else bytes(b) for row in writes])
+    if values is None:
+        values = [
+            write_value(
+                fast,
+                read,
+                located,
+                (row[6], row[7] if type(row[7]) is bytes else bytes(row[7])),
+                thread_id,
+                checkpoint_ns,
+                row[8],
+                task_id,
+                idx,
+                row[2],
             )
-        into.append((task_id, channel, value))
+            for row, (task_id, idx) in zip(writes, keys)
+        ]
+    for row, (task_id, _), value in zip(writes, keys, values):
+        out[row[2]]["writes"].append((task_id, row[2], value))
     return out
 
 

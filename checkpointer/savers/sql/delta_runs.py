@@ -13,8 +13,9 @@ Nothing here trusts the numbers blindly. `checks` compares every range it used w
 parent pointers (each checkpoint's parent is the one numbered just before it, the range
 has no hole) and asks for the pointer walk of `delta_sql` instead (a `RUNS_FALLBACK` row)
 wherever they disagree, a row has no number (written around the saver, or a write
-committed beside its checkpoint's put on PostgreSQL), or the runs pass more checkpoints
-than the thread holds (a loop, which the pointer walk then reports).
+committed beside its checkpoint's put on PostgreSQL), a run's range is reversed, or the
+runs pass as many ancestors as the thread holds checkpoints (a loop, which the pointer
+walk then reports, as it would have).
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ def runs_sql(d: Dialect, n: int) -> str:
         "UNION ALL "
         f"SELECT r.k + 1, p.seq, p.run_start, r.passed + p.seq - p.run_start + 1, {mask}, "
         f"{then} FROM runs r {start} {up} "
-        f"WHERE {mask} <> 0 AND r.passed <= (SELECT bound FROM target))"
+        # Only from a sane run (a reversed range, written around the saver, would count
+        # backwards and never reach the bound): `checks_sql` then asks for the walk.
+        f"WHERE {mask} <> 0 AND r.lo <= r.hi AND r.passed < (SELECT bound FROM target))"
     )
 
 
@@ -102,7 +105,16 @@ def spans_sql(d: Dialect, n: int) -> str:
 
 def broken_span(d: Dialect) -> str:
     """Whether span `g` is not a stretch of the parent chain: a hole, a repeated seq, or a
-    checkpoint whose parent is not the one numbered just before it."""
+    checkpoint whose parent is not the one numbered just before it. Two exact forms, each
+    the cheaper on its database (a span of 1,000 checkpoints: on SQLite the probes 0.6 ms,
+    the window 1.3 ms; on PostgreSQL the window 0.5 ms, the probes 1.3 ms)."""
+    if d.name == "postgresql":
+        return neighbours_disagree(d)
+    return parents_missing(d)
+
+
+def neighbours_disagree(d: Dialect) -> str:
+    """`broken_span` by a window pairing each checkpoint of the span with the previous."""
     return (
         "EXISTS (SELECT 1 FROM (SELECT c.seq AS seq, c.parent_checkpoint_id AS parent, "
         "lag(c.seq) OVER (ORDER BY c.seq) AS pseq, "
@@ -111,6 +123,27 @@ def broken_span(d: Dialect) -> str:
         "AND c.seq BETWEEN g.lo AND g.hi) x "
         "WHERE (x.pseq IS NULL AND x.seq <> g.lo) OR (x.pseq IS NOT NULL "
         "AND (x.pseq <> x.seq - 1 OR x.parent IS NULL OR x.parent <> x.prev)))"
+    )
+
+
+def parents_missing(d: Dialect) -> str:
+    """`broken_span` by a count and one probe per checkpoint, no pairing of neighbours.
+
+    Exact: `hi` is held by the run's checkpoint, and every checkpoint above `lo` having
+    its parent (probed by number and id, in the namespace) at seq - 1 puts at least one
+    checkpoint at every number down to `lo`; `count = hi - lo + 1` then leaves exactly one
+    at each, so the pointers from `hi` pass hi, hi - 1, .., lo and nothing else is in the
+    range. The probe is a correlated subquery, not a join, so that no planner makes it a
+    scan per checkpoint (PostgreSQL did, without statistics: quadratic in the span)."""
+    orphan = (
+        f"CASE WHEN c.seq > g.lo AND NOT EXISTS (SELECT 1 FROM {d.checkpoints} q "
+        f"WHERE {in_namespace(d, 'q')} AND q.seq = c.seq - 1 "
+        "AND q.checkpoint_id = c.parent_checkpoint_id) THEN 1 ELSE 0 END"
+    )
+    return (
+        f"NOT coalesce((SELECT count(*) = g.hi - g.lo + 1 AND sum({orphan}) = 0 "
+        f"FROM {d.checkpoints} c WHERE {in_namespace(d, 'c')} "
+        "AND c.seq BETWEEN g.lo AND g.hi), FALSE)"
     )
 
 
@@ -141,7 +174,9 @@ def checks_sql(d: Dialect, n: int) -> str:
             fallback_row(
                 d,
                 "r.hi IS NULL OR r.lo IS NULL OR r.lo > r.hi "
-                "OR r.passed > (SELECT bound FROM target)",
+                # The target and its ancestors are distinct checkpoints of the thread: as
+                # many ancestors as it holds is a loop (or a stale count), as in the walk.
+                "OR r.passed >= (SELECT bound FROM target)",
                 "FROM runs r ",
             ),
             fallback_row(d, broken_span(d), "FROM spans g "),

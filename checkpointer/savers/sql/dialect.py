@@ -20,6 +20,11 @@ class Dialect:
     blobs: str = ""
     writes: str = ""
     threads: str = ""
+    row_key: str | None = None
+    """A column that tells a table's rows apart within one statement and sorts as nothing
+    in particular (SQLite's rowid): `list` pages number their checkpoints by it and order
+    them in Python, where the database's text order is Python's (see `reads._tuples_sql`).
+    None where text order is the database's collation (PostgreSQL)."""
 
     def lookup(self, table: str, alias: str, columns: str, condition: str) -> str:
         """Join `table` as a per-row primary-key lookup, whatever the planner estimates:

@@ -15,7 +15,7 @@ from checkpointer.savers.base import dumps_json
 from checkpointer.savers.metadata import escape_json_text, filter_path
 from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.migration import plan_upgrade
-from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_plan
+from checkpointer.savers.sql.parents import refused_put_plan
 from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
 from checkpointer.savers.sql.schema import (
     BLOBS,
@@ -339,22 +339,33 @@ class PostgresDialect(Dialect):
             "AND checkpoint_id = %(checkpoint_id)s"
         )
         size = f"{self.size('checkpoint', text=True)} + {self.size('metadata', text=True)}"
+        # The stored row this put replaces is looked up with its parent too: a re-put keeps
+        # its parent, so the row is found all the same, and whichever index the planner
+        # takes reads one entry (on fresh tables, without statistics, it takes the parent
+        # index's (thread, namespace) prefix for a primary-key probe, and a probe by id
+        # alone then reads every checkpoint of the namespace).
+        parent_is = (
+            "parent_checkpoint_id IS NULL"
+            if parent_id is None
+            else "parent_checkpoint_id = %(parent_id)s"
+        )
         # Blobs, checkpoint and thread summary in one statement: one round trip, atomic in
         # autocommit. Every CTE sees the rows as they were before the statement, so `prior`
         # is the checkpoint this put replaces, if any.
-        # `ok`: no stored checkpoint names a new one as its parent, and a re-put keeps the
-        # stored parent (`parents.py`). Nothing is written otherwise (every part below
-        # tests it), and the statement returns false: the check costs no round trip.
-        parent_ok = new_checkpoint_allowed(
-            self.checkpoints, "%(thread_id)s", "%(checkpoint_ns)s", "%(checkpoint_id)s"
-        )
+        # `ok`: no stored checkpoint names a new one as its parent (the rule of
+        # `parents.new_checkpoint_allowed`, with `prior` for "the checkpoint is stored": a
+        # row stored under another parent is refused by the upsert all the same). A re-put
+        # must keep the stored parent: the upsert tests it on the row the primary key finds,
+        # and `cp` returns no row otherwise. Nothing else is written unless `cp` returns its
+        # row, and the statement says whether it did: the checks cost no round trip.
         ctes = [
-            f"prior AS (SELECT {size} AS n, parent_checkpoint_id AS parent "
-            f"FROM {self.checkpoints} WHERE {key})",
-            f"ok AS (SELECT {parent_ok} AND NOT EXISTS (SELECT 1 FROM prior WHERE prior.parent "
-            "IS DISTINCT FROM CAST(%(parent_id)s AS text)) AS v)",
+            f"prior AS (SELECT {size} AS n FROM {self.checkpoints} WHERE {key} AND {parent_is})",
+            f"ok AS (SELECT NOT EXISTS (SELECT 1 FROM {self.checkpoints} ch WHERE "
+            "ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s AND "
+            "ch.parent_checkpoint_id = %(checkpoint_id)s) OR EXISTS (SELECT 1 FROM prior) AS v)",
             # The next seq of the namespace, and the run it continues (see `delta_runs`).
-            f"seq AS (SELECT coalesce((SELECT s.seq FROM {self.checkpoints} s "
+            # Materialized: inlined, its probe ran twice (`seq.v` again in the run's probe).
+            f"seq AS MATERIALIZED (SELECT coalesce((SELECT s.seq FROM {self.checkpoints} s "
             "WHERE s.thread_id = %(thread_id)s AND s.checkpoint_ns = %(checkpoint_ns)s "
             "AND s.seq IS NOT NULL ORDER BY s.seq DESC LIMIT 1), -1) + 1 AS v)",
             f"cp AS (INSERT INTO {self.checkpoints} (thread_id, checkpoint_ns, checkpoint_id, "
@@ -368,7 +379,8 @@ class PostgresDialect(Dialect):
             "WHERE (SELECT v FROM ok) "
             "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
             + self.checkpoint_upsert_values()
-            + f" RETURNING {size} AS n, seq)",
+            + f" WHERE {CHECKPOINTS}.parent_checkpoint_id IS NOT DISTINCT FROM "
+            f"excluded.parent_checkpoint_id RETURNING {size} AS n, seq)",
             # Writes that arrived before their checkpoint take its seq now.
             f"early AS (UPDATE {self.writes} w SET seq = (SELECT cp.seq FROM cp) WHERE "
             "w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s AND "
@@ -377,11 +389,11 @@ class PostgresDialect(Dialect):
         added = "(SELECT n FROM cp) - coalesce((SELECT n FROM prior), 0)"
         if blobs:
             rows = rows_select(_BLOB_COLUMNS, blobs, params)
-            ctes.insert(
-                2,  # after `ok`, which it reads
+            ctes.append(
                 f"new_blobs AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
                 "channel, version, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
-                f"x.channel, x.version, x.type, x.blob FROM ({rows}) x WHERE (SELECT v FROM ok) "
+                f"x.channel, x.version, x.type, x.blob FROM ({rows}) x "
+                "WHERE EXISTS (SELECT 1 FROM cp) "
                 f"ON CONFLICT DO NOTHING RETURNING {self.size('blob')} AS n)",
             )
             added += " + coalesce((SELECT sum(n) FROM new_blobs), 0)"
@@ -389,9 +401,11 @@ class PostgresDialect(Dialect):
             f"summary AS (INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "
             "SELECT CAST(%(thread_id)s AS text), CAST(%(head)s AS text), "
             "CASE WHEN EXISTS (SELECT 1 FROM prior) THEN 0 ELSE 1 END, "
-            f"{added}, %(now)s, %(now)s WHERE (SELECT v FROM ok) " + summary_merge(self) + ")"
+            f"{added}, %(now)s, %(now)s WHERE EXISTS (SELECT 1 FROM cp) "
+            + summary_merge(self)
+            + ")"
         )
-        sql = "WITH " + ", ".join(ctes) + " SELECT v FROM ok"
+        sql = "WITH " + ", ".join(ctes) + " SELECT EXISTS (SELECT 1 FROM cp)"
 
         def plan() -> Plan[None]:
             rows = yield Stmt(sql, params, fetch=True)
@@ -432,6 +446,16 @@ class PostgresDialect(Dialect):
         if task_name is not None:
             params["task_name"] = task_name
             named_column, named_value = "task_name, ", "%(task_name)s::text, "
+        # The seq of the checkpoint the writes are pending on (NULL while it is not stored).
+        # Its id is matched as the one-entry range [id, id] in key order (equal, in a
+        # deterministic collation), which only the primary key reads in that order: on fresh
+        # tables, without statistics, the planner otherwise takes the parent index's
+        # (thread, namespace) prefix as readily, reading every checkpoint of the namespace.
+        seq = (
+            f"SELECT c.seq FROM {self.checkpoints} c WHERE c.thread_id = %(thread_id)s "
+            "AND c.checkpoint_ns = %(checkpoint_ns)s AND c.checkpoint_id >= %(checkpoint_id)s "
+            "AND c.checkpoint_id <= %(checkpoint_id)s ORDER BY c.checkpoint_id LIMIT 1"
+        )
         # Writes and thread summary in one statement. `prior` (the rows as they were) and
         # `ins` (what was inserted or replaced) give the bytes added exactly.
         sql = (
@@ -443,9 +467,7 @@ class PostgresDialect(Dialect):
             f"ins AS (INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, "
             f"task_id, {named_column}task_path, idx, channel, type, blob, seq) SELECT "
             "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s::uuid, "
-            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob, (SELECT c.seq "
-            f"FROM {self.checkpoints} c WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns "
-            "= %(checkpoint_ns)s AND c.checkpoint_id = %(checkpoint_id)s) FROM x "
+            f"{named_value}%(task_path)s, x.idx, x.channel, x.type, x.blob, ({seq}) FROM x "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict} "
             f"RETURNING idx, {self.size('blob')} AS n) "
             f"INSERT INTO {self.threads} ({SUMMARY_COLUMNS}) "

@@ -153,6 +153,9 @@ class _SqlPrograms:
     page_size: int
     passes_value_locations = True
     """Every value is stored and read with its `ValueLocation` (see `serde.located`)."""
+    returns_own_tuples = True
+    """Every tuple `get_tuple` and `list` return is decoded for that call: nothing in it is
+    shared with the saver or another caller (the LangGraph adapter then converts in place)."""
 
     @property
     def _recent_inline(self) -> RecentInline:
@@ -520,13 +523,14 @@ class _SqlPrograms:
         after: tuple[str, str, str] | None,
         remaining: int | None,
         cap: int | None = None,
-    ) -> tuple[Program[list[Row]], int] | None:
+    ) -> tuple[Callable[[Dialect], Stmt], int] | None:
+        """The statement of the next page (per dialect, see `_p_read`) and its size."""
         size = self.page_size if remaining is None else min(remaining, self.page_size)
         if cap is not None:
             size = min(size, cap)
         if size <= 0:
             return None
-        return self._p_read(lambda d: list_page_stmt(d, query, after, size, remaining)), size
+        return (lambda d: list_page_stmt(d, query, after, size, remaining)), size
 
 
 class _ListPager:
@@ -542,8 +546,8 @@ class _ListPager:
         self.cap: int | None = FIRST_CROSS_THREAD_PAGE if query.thread_id is None else None
         self.done = False
 
-    def next_page(self) -> Program[list[Row]] | None:
-        """The read of the next page, or None when the listing is complete."""
+    def next_stmt(self) -> Callable[[Dialect], Stmt] | None:
+        """The statement of the next page, or None when the listing is complete."""
         page = (
             None
             if self.done
@@ -551,8 +555,13 @@ class _ListPager:
         )
         if page is None:
             return None
-        program, self.size = page
-        return program
+        stmt, self.size = page
+        return stmt
+
+    def next_page(self) -> Program[list[Row]] | None:
+        """The read of the next page, or None when the listing is complete."""
+        stmt = self.next_stmt()
+        return None if stmt is None else self.programs._p_read(stmt)
 
     def tuples(self, rows: list[Row]) -> Iterator[CheckpointTuple]:
         """The page's checkpoints, each decoded when reached (a corrupt one hides none
@@ -633,8 +642,32 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
     def close(self) -> None:
         self._executor.close()
 
+    def _read(self, stmt: Callable[[Dialect], Stmt]) -> list[Row]:
+        """`_drive(_p_read(stmt))` without the program layers, for the read path's one
+        statement per call (get_tuple, a list page): the same retry with the guarded
+        dialect on a damaged record, the same typing of what still fails."""
+        if not self._schema_ok:
+            return self._drive(self._p_read(stmt))
+        executor = self._executor
+        fetch = getattr(executor, "fetch", None)
+        try:
+            try:
+                first = stmt(self._dialect)
+                return fetch(first) if fetch is not None else executor.run(read_op(first))
+            except Exception as exc:
+                if not self._dialect.json_damage(exc):
+                    raise
+            guarded = stmt(self._dialect.guarded())
+            return fetch(guarded) if fetch is not None else executor.run(read_op(guarded))
+        except Exception as exc:
+            typed = _typed_damage(self._dialect, exc)
+            if typed is exc:
+                raise
+            raise typed from exc
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._drive(self._p_get_tuple(config))
+        rows = self._read(lambda d: get_tuple_stmt(d, config))
+        return next(decode_tuples(rows, self.serde, self._dialect, self.value_cache), None)
 
     def list(
         self,
@@ -649,9 +682,9 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
 
     def _iter_list(self, query: ListQuery) -> Iterator[CheckpointTuple]:
         pager = _ListPager(self, query)
-        while (program := pager.next_page()) is not None:
+        while (stmt := pager.next_stmt()) is not None:
             # No lock and no connection is held while the caller consumes the page.
-            yield from pager.tuples(self._drive(program))
+            yield from pager.tuples(self._read(stmt))
 
     def put(
         self,

@@ -21,7 +21,7 @@ WRITES = "checkpointer_writes"
 THREADS = "checkpointer_threads"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
 KNOWN_REVISIONS: tuple[str, ...] = (
@@ -33,6 +33,7 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0006",
     "0007",
     "0008",
+    "0009",
 )
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
@@ -95,7 +96,9 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         ),
         sa.Index(f"{CHECKPOINTS}_run_id_idx", "run_id"),
         # put refuses a new checkpoint that a stored one names as its parent (no loops).
-        sa.Index(f"{CHECKPOINTS}_parent_idx", "thread_id", "checkpoint_ns", "parent_checkpoint_id"),
+        # The parent id first (revision 0009): with (thread, namespace) first, PostgreSQL
+        # without statistics read checkpoints by id through it, a scan of the namespace.
+        sa.Index(f"{CHECKPOINTS}_parent_idx", "parent_checkpoint_id", "thread_id", "checkpoint_ns"),
         # Partial: only a query that names `seq` can use it, so no planner takes it for a
         # primary-key lookup (PostgreSQL did, on tables without statistics: a scan of the
         # thread per lookup).

@@ -73,6 +73,7 @@ _RUN_START = (
 
 class SqliteDialect(Dialect):
     name = "sqlite"
+    row_key = "rowid"  # BINARY collation: UTF-8 byte order is Python's str order
     checkpoints = CHECKPOINTS
     blobs = BLOBS
     writes = WRITES

@@ -25,7 +25,7 @@ from checkpointer.savers.sql.pg_faults import (
     next_attempt,
     pool_exhausted,
 )
-from checkpointer.savers.sql.plan import Op, Row, StatementHook, Stmt
+from checkpointer.savers.sql.plan import Op, Row, StatementHook, Stmt, read_op
 
 T = TypeVar("T")
 
@@ -242,6 +242,20 @@ class SqliteExecutor:
                 return run_sqlite_op(conn, op, self.trace)
             with self._writes:
                 return run_sqlite_op(conn, op, self.trace)
+
+    def fetch(self, stmt: Stmt) -> list[Row]:
+        """The rows of a one-statement read: `run(read_op(stmt))` without the plan and
+        context-manager layers (the read path's hot call: a get_tuple is one of these)."""
+        holder: _ConnHolder | None = getattr(self._local, "holder", None)
+        if holder is None or self._closed or self._shared is not None:
+            return self.run(read_op(stmt))
+        if self.trace is not None:
+            self.trace(stmt.sql)
+        try:
+            return holder.conn.execute(stmt.sql, stmt.params).fetchall()
+        except sqlite3.OperationalError:
+            with typed_busy_errors(self.where, self._busy_timeout):
+                raise
 
     def close(self) -> None:
         self._closed = True
