@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpointer.savers.base import dumps_json
+from checkpointer.savers.base import dumps_json, loads_json
 from checkpointer.savers.metadata import escape_json_text
 from checkpointer.savers.sql.postgres_dialect import PostgresDialect
 from checkpointer.savers.sql.reads import _page_sort
-from checkpointer.savers.sql.records import decode_metadata, loads_json, metadata_escaped
+from checkpointer.savers.sql.records import decode_metadata, metadata_escaped
 from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config

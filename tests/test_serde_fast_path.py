@@ -705,7 +705,7 @@ def test_overlapping_decodes_in_two_threads_leave_the_collector_on() -> None:
     import gc
     import threading
 
-    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+    a_inside, b_inside, release_b = threading.Event(), threading.Event(), threading.Event()
 
     def decode_a(raw: Any) -> Any:
         a_inside.set()
@@ -714,12 +714,11 @@ def test_overlapping_decodes_in_two_threads_leave_the_collector_on() -> None:
 
     def decode_b(raw: Any) -> Any:
         b_inside.set()
-        assert a_done.wait(5)
+        assert release_b.wait(5)  # held until the test has looked, with A finished
         return raw
 
     def run_a() -> None:
         fp._unpack_without_gc(decode_a, b"a")
-        a_done.set()
 
     was = gc.isenabled()
     gc.enable()
@@ -730,7 +729,9 @@ def test_overlapping_decodes_in_two_threads_leave_the_collector_on() -> None:
         b = threading.Thread(target=fp._unpack_without_gc, args=(decode_b, b"b"))
         b.start()
         a.join(10)
+        assert not a.is_alive()
         assert not gc.isenabled()  # B is still decoding
+        release_b.set()
         b.join(10)
         assert gc.isenabled()
     finally:

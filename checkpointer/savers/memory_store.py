@@ -7,16 +7,14 @@ and its pending writes (`StoredWrite`) beside it; values live in one blob dict k
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from json.scanner import make_scanner
 from operator import attrgetter
 from typing import Any
 
-from checkpointer.savers.base import metadata_counters_as_pairs
+from checkpointer.savers.base import loads_json, metadata_counters_as_pairs
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.serde.located import ValueLocation
 from checkpointer.types import ChannelVersions
@@ -155,24 +153,6 @@ def write_location(
 def stored_metadata(stored: StoredCheckpoint) -> dict[str, Any]:
     """A checkpoint's metadata, decoded as the SQL savers decode theirs."""
     return metadata_counters_as_pairs(loads_json(stored.metadata))
-
-
-_scan_json = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # a context
-
-
-def loads_json(text: str) -> Any:
-    """`json.loads(text)`, through the C scanner when `text` is one JSON value with nothing
-    around it (as `dumps_json` writes metadata): `json.loads` adds Python layers (type
-    checks, two whitespace matches) that cost as much as scanning a checkpoint's metadata.
-    Anything else, whitespace included, goes to `json.loads`, which scans the same way
-    from the same place (or raises its own error)."""
-    try:
-        value, end = _scan_json(text, 0)
-    except Exception:
-        return json.loads(text)
-    if end != len(text):
-        return json.loads(text)
-    return value
 
 
 WRITE_ORDER = attrgetter("task_path", "task_id", "idx")

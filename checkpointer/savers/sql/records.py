@@ -13,6 +13,7 @@ from checkpointer.errors import (
 )
 from checkpointer.savers.base import (
     dumps_json,
+    loads_json,
     metadata_counters_as_pairs,
 )
 from checkpointer.savers.metadata import NUL_ESCAPE as _ESCAPE_CHAR
@@ -84,25 +85,6 @@ def _json_type(value: Any) -> str:
     return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
         type(value), "null" if value is None else "number"
     )
-
-
-_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def loads_json(text: str | bytes) -> Any:
-    """`json.loads(text)`, through the C scanner straight when it takes the whole text (a
-    record as the savers write it: no whitespace around it): json.loads' own layers are
-    half the time of parsing a checkpoint record, read twice per checkpoint. Anything else
-    (bytes, whitespace, damage) goes through json.loads, which gives its value or its
-    error."""
-    if type(text) is str:
-        try:
-            value, end = _scan(text, 0)
-        except (StopIteration, ValueError, RecursionError):
-            return json.loads(text)
-        if end == len(text):
-            return value
-    return json.loads(text)
 
 
 def json_object(value: Any, what: str, where: Where) -> dict[str, Any]:
