@@ -42,6 +42,9 @@ def digest(values: dict[str, Any]) -> tuple[Any, ...]:
 @dataclass
 class ChatOptions:
     repeat: int = 3
+    # Rounds of the cheap reads (one call per side each, sides alternating), within
+    # `op_budget` per metric: a single cold get_tuple varies more than a build of N puts.
+    read_rounds: int = 9
     op_budget: float = 5.0
     large_n: int = 1000
     large_build_repeat: int = 1
@@ -207,7 +210,7 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
         if variant != "classic":
             cheap.append("delta")
         first: dict[tuple[str, str], Any] = {}
-        for rep in range(opts.repeat):
+        for rep in range(max(opts.repeat, opts.read_rounds)):
             for name in _order(read_sides, rep):
                 for metric in cheap:
                     if metric not in ops[name] or not wanted(metric, name, rep):

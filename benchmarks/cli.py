@@ -58,6 +58,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--repeat", type=int, default=None, help="samples per metric and side (default 3)"
     )
     p.add_argument(
+        "--read-rounds",
+        type=int,
+        default=None,
+        help="alternating rounds of the reads (get_tuple, get_state, list, delta history), "
+        "each one call per side, while a metric's --op-budget lasts (default 9, quick 1; "
+        "never fewer than --repeat): single cold calls of a millisecond need more samples "
+        "than builds of a thousand steps",
+    )
+    p.add_argument(
         "--quick", action="store_true", help="short run: N=100, 1 repeat, small concurrency"
     )
     p.add_argument(
@@ -167,6 +176,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     quick = args.quick
     args.n = sorted(set(args.n or ([100] if quick else [200, 1000])))
     args.repeat = args.repeat or (1 if quick else 3)
+    args.read_rounds = max(args.read_rounds or (1 if quick else 9), args.repeat)
     args.op_budget = args.op_budget if args.op_budget is not None else (2.0 if quick else 5.0)
     args.thread_steps = args.thread_steps or (15 if quick else 40)
     if quick and args.pg_latency_ms == "0,1":
@@ -400,6 +410,7 @@ def _run_in(
     if "chat" in args.workloads:
         opts = ChatOptions(
             repeat=args.repeat,
+            read_rounds=args.read_rounds,
             op_budget=args.op_budget,
             large_n=large_n,
             large_build_repeat=args.large_build_repeat,
