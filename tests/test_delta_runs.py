@@ -195,15 +195,26 @@ def test_a_loop_inside_a_run_is_refused(tmp_path: Path) -> None:
 @st.composite
 def tampers(draw: Any) -> list[tuple[str, int, int | None, int]]:
     """Edits around the saver, by put order (indexes wrap around the tree): a parent
-    pointer moved to another checkpoint (or cleared); a seq or a run_start set to another
-    checkpoint's seq plus -1, 0 or 1 (repeats, holes, reversed runs), or cleared."""
-    edit = st.tuples(
-        st.sampled_from(["parent_checkpoint_id", "parent_checkpoint_id", "seq", "run_start"]),
+    pointer moved to another checkpoint (or cleared); a run_start set to another
+    checkpoint's seq plus -1, 0 or 1 (reversed and overlapping runs), or cleared; a seq
+    cleared (a hole, an unnumbered checkpoint).
+
+    Not generated: a checkpoint given another number (once the one holding it moved or was
+    cleared, no repeat is left to see), its pending writes keeping their own. The checks
+    compare checkpoints' numbers with their parent pointers, not writes' numbers with
+    their checkpoint's, which would cost a probe per write; the runs then miss those
+    writes (README, "Delta history reads by runs")."""
+    pointer = st.tuples(
+        st.just("parent_checkpoint_id"), st.integers(0, 13), st.integers(0, 13) | st.none()
+    ).map(lambda e: (*e, 0))
+    run_start = st.tuples(
+        st.just("run_start"),
         st.integers(0, 13),
         st.integers(0, 13) | st.none(),
         st.integers(-1, 1),
     )
-    return draw(st.lists(edit, min_size=1, max_size=3))
+    seq = st.tuples(st.just("seq"), st.integers(0, 13), st.none(), st.just(0))
+    return draw(st.lists(pointer | pointer | run_start | seq, min_size=1, max_size=3))
 
 
 def answers(saver: Any, configs: list[Any]) -> list[Any]:
