@@ -564,6 +564,20 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _plan_nodes(child)
 
 
+def _long_thread(saver: Any, steps: int = 150) -> list[Any]:
+    """A thread of `steps` checkpoints in a line, each with one pending write; their
+    configs, in order."""
+    config, configs = make_config("long"), []
+    for step in range(steps):
+        cp = empty_checkpoint()
+        cp["id"] = f"{step:06d}"
+        cp["channel_versions"] = {"topic": next_channel_version(None)}
+        config = saver.put(config, cp, {"step": step}, {})
+        saver.put_writes(config, [("topic", step)], str(uuid.uuid4()))
+        configs.append(config)
+    return configs
+
+
 def test_pg_put_and_put_writes_probe_one_row_on_tables_without_statistics(
     pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -582,13 +596,7 @@ def test_pg_put_and_put_writes_probe_one_row_on_tables_without_statistics(
 
     monkeypatch.setattr(PostgresExecutor, "_execute", record)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
-        config = make_config("long")
-        for step in range(150):
-            cp = empty_checkpoint()
-            cp["id"] = f"{step:06d}"
-            cp["channel_versions"] = {"topic": next_channel_version(None)}
-            config = saver.put(config, cp, {"step": step}, {})
-            saver.put_writes(config, [("topic", step)], str(uuid.uuid4()))
+        _long_thread(saver)
     put_sql, put = next(s for s in reversed(seen) if "INSERT INTO" in s[0] and "prior" in s[0])
     writes_sql, writes = next(s for s in reversed(seen) if s[0].startswith("WITH x"))
     last = put["checkpoint_id"]
@@ -629,14 +637,7 @@ def test_pg_reads_by_id_use_the_primary_key_on_tables_without_statistics(
         return run(self, cur, stmt)
 
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
-        config, configs = make_config("long"), []
-        for step in range(150):
-            cp = empty_checkpoint()
-            cp["id"] = f"{step:06d}"
-            cp["channel_versions"] = {"topic": next_channel_version(None)}
-            config = saver.put(config, cp, {"step": step}, {})
-            saver.put_writes(config, [("topic", step)], str(uuid.uuid4()))
-            configs.append(config)
+        configs = _long_thread(saver)
         monkeypatch.setattr(PostgresExecutor, "_execute", record)
         assert saver.get_tuple(configs[75]) is not None
         history = saver.get_delta_channel_history(config=configs[75], channels=["topic"])
