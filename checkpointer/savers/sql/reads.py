@@ -14,6 +14,7 @@ from checkpointer.savers.base import (
     validate_metadata_filter,
 )
 from checkpointer.savers.sql.dialect import Dialect
+from checkpointer.savers.sql.inline import serde_inlines
 from checkpointer.savers.sql.plan import Row, Stmt
 from checkpointer.savers.sql.record_seal import record_verifier
 from checkpointer.savers.sql.records import (
@@ -300,7 +301,7 @@ def decode_tuples(
     fast = None if located or not (blobs_of or writes_of) else fast_loader_of(serde)
     read = partial(load_at, serde)
     none: list[Row] = []
-    takes_inline = not located and getattr(serde, "stores_scalars_inline", False) is True
+    takes_inline = serde_inlines(serde)
     decode_key = d.decode_write_key
     escaped = metadata_escaped(d)
     # Write values a chunk of checkpoints at a time in one call where the serializer can
