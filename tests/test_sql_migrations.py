@@ -145,6 +145,19 @@ def test_sqlite_schema_matches_metadata(tmp_path: Path) -> None:
     assert diff == []
 
 
+def _sqlite_at_revision(conn: sqlite3.Connection, revision: str) -> None:
+    """The tables as code at `revision` made them, in an empty SQLite database."""
+    for statement in split_statements(render_upgrade_sql("sqlite", None, None, revision)):
+        conn.execute(statement)
+
+
+def _pg_at_revision(conn: psycopg.Connection[Any], schema: str, revision: str) -> None:
+    """`schema`, created, with the tables as code at `revision` made them."""
+    conn.execute(f'CREATE SCHEMA "{schema}"')
+    for statement in split_statements(render_upgrade_sql("postgresql", schema, None, revision)):
+        conn.execute(statement)
+
+
 def _write_rows_at_first_revision(execute: Any, placeholder: str, schema: str = "") -> None:
     """Rows as revision 0001 lays them out, written without the saver (a database left by
     an older release). Later revisions must upgrade them in place."""
@@ -200,8 +213,7 @@ def test_sqlite_upgrade_from_oldest_revision_keeps_data(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     oldest = KNOWN_REVISIONS[0]
     with sqlite3.connect(path) as conn:
-        for statement in split_statements(render_upgrade_sql("sqlite", None, None, oldest)):
-            conn.execute(statement)
+        _sqlite_at_revision(conn, oldest)
         _write_rows_at_first_revision(conn.execute, "?")
     migrate(f"sqlite:///{path}")
     with SqliteSaver.from_conn_string(path) as saver:
@@ -272,11 +284,7 @@ def test_pg_schema_matches_metadata(pg_url: str, pg_schema: str) -> None:
 def test_pg_upgrade_from_oldest_revision_keeps_data(pg_url: str, pg_schema: str) -> None:
     oldest = KNOWN_REVISIONS[0]
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-        for statement in split_statements(
-            render_upgrade_sql("postgresql", pg_schema, None, oldest)
-        ):
-            conn.execute(statement)
+        _pg_at_revision(conn, pg_schema, oldest)
         _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
     migrate(pg_url, schema=pg_schema)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema) as saver:
@@ -363,8 +371,7 @@ def _assert_summaries_backfilled(saver: Any) -> None:
 def test_sqlite_upgrade_to_0002_backfills_thread_summaries(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
-        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0001")):
-            conn.execute(statement)
+        _sqlite_at_revision(conn, "0001")
         _write_rows_at_first_revision(conn.execute, "?")
         _write_threads_at_0001(conn.execute, "?")
     migrate(f"sqlite:///{path}")
@@ -375,11 +382,7 @@ def test_sqlite_upgrade_to_0002_backfills_thread_summaries(tmp_path: Path) -> No
 
 def test_pg_upgrade_to_0002_backfills_thread_summaries(pg_url: str, pg_schema: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-        for statement in split_statements(
-            render_upgrade_sql("postgresql", pg_schema, None, "0001")
-        ):
-            conn.execute(statement)
+        _pg_at_revision(conn, pg_schema, "0001")
         _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
         _write_threads_at_0001(conn.execute, "%s", pg_schema)
     migrate(pg_url, schema=pg_schema)
@@ -474,8 +477,7 @@ def test_sqlite_upgrade_to_0004_hands_summaries_to_triggers(tmp_path: Path) -> N
 
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
-        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0003")):
-            conn.execute(statement)
+        _sqlite_at_revision(conn, "0003")
         _write_threads_at_0001(conn.execute, "?")
         for stmt in refresh_summaries_stmts(SqliteDialect(), ["old-thread-2"], datetime.now(UTC)):
             conn.execute(stmt.sql, stmt.params)  # what 0003's writes had kept up to date
@@ -533,8 +535,7 @@ def _upgrade_from_0004_and_name_a_task(saver: Any) -> None:
 def test_sqlite_upgrade_to_0005_keeps_writes_and_takes_any_task_id(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
-        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0004")):
-            conn.execute(statement)
+        _sqlite_at_revision(conn, "0004")
         _write_rows_at_first_revision(conn.execute, "?")
     with (
         SqliteSaver.from_conn_string(path, setup=False) as saver,
@@ -549,11 +550,7 @@ def test_sqlite_upgrade_to_0005_keeps_writes_and_takes_any_task_id(tmp_path: Pat
 
 def test_pg_upgrade_to_0005_keeps_writes_and_takes_any_task_id(pg_url: str, pg_schema: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-        for statement in split_statements(
-            render_upgrade_sql("postgresql", pg_schema, None, "0004")
-        ):
-            conn.execute(statement)
+        _pg_at_revision(conn, pg_schema, "0004")
         _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False) as saver:
         _upgrade_from_0004_and_name_a_task(saver)  # set up (upgraded) on open
@@ -594,8 +591,7 @@ def _upgrade_from_0006_and_check_the_parent_rule(saver: Any) -> None:
 def test_sqlite_upgrade_to_0007_indexes_parents(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
-        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0006")):
-            conn.execute(statement)
+        _sqlite_at_revision(conn, "0006")
         _write_rows_at_first_revision(conn.execute, "?")
     with (
         SqliteSaver.from_conn_string(path, setup=False) as saver,
@@ -616,11 +612,7 @@ def test_sqlite_upgrade_to_0007_indexes_parents(tmp_path: Path) -> None:
 
 def test_pg_upgrade_to_0007_indexes_parents(pg_url: str, pg_schema: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-        for statement in split_statements(
-            render_upgrade_sql("postgresql", pg_schema, None, "0006")
-        ):
-            conn.execute(statement)
+        _pg_at_revision(conn, pg_schema, "0006")
         _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
     with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, pool=False) as saver:
         _upgrade_from_0006_and_check_the_parent_rule(saver)  # set up (upgraded) on open
@@ -639,8 +631,7 @@ def test_sqlite_upgrade_to_0009_reorders_the_parent_index(tmp_path: Path) -> Non
     unchanged and the parent rule still finds children through the index."""
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
-        for statement in split_statements(render_upgrade_sql("sqlite", None, None, "0008")):
-            conn.execute(statement)
+        _sqlite_at_revision(conn, "0008")
         _write_rows_at_first_revision(conn.execute, "?")
     migrate(f"sqlite:///{path}")
     assert _version(path) == [(SCHEMA_REVISION,)]
@@ -660,11 +651,7 @@ def test_sqlite_upgrade_to_0009_reorders_the_parent_index(tmp_path: Path) -> Non
 
 def test_pg_upgrade_to_0009_reorders_the_parent_index(pg_url: str, pg_schema: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-        for statement in split_statements(
-            render_upgrade_sql("postgresql", pg_schema, None, "0008")
-        ):
-            conn.execute(statement)
+        _pg_at_revision(conn, pg_schema, "0008")
         _write_rows_at_first_revision(conn.execute, "%s", pg_schema)
         before = conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
