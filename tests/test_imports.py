@@ -105,7 +105,8 @@ def test_the_serde_layers_import_downwards() -> None:
     below = {
         "frames": set(),
         "fast_path": {"value_types"},
-        "value_cache": {"frames"},
+        "fresh_copy": set(),
+        "value_cache": {"frames", "fast_path", "fresh_copy", "value_types"},
         "msgpack_serde": {"frames", "fast_path", "value_types", "classes", "records", "base"},
     }
     for name, allowed in below.items():

@@ -258,3 +258,97 @@ def test_delta_history_seeds_are_served_from_the_cache(saver: SqliteSaver) -> No
         assert history["messages"]["seed"] == seed
     assert histories[0]["messages"]["seed"].value is not histories[1]["messages"]["seed"].value
     assert saver.value_cache.hits >= 1
+
+
+# ------------------------------------------------------------ decoded values (`load`)
+
+PLAIN = CompressingSerializer(threshold=1 << 30)  # never compresses: plain msgpack pairs
+
+
+def _fast(serde: Any) -> Any:
+    return serde.fast_loader()
+
+
+def test_decoded_values_are_handed_out_as_fresh_copies() -> None:
+    cache = ValueCache(1 << 22)
+    for serde in (SERDE, PLAIN):
+        data = serde.dumps_typed(_messages(40))
+        fast = _fast(serde)
+        first = cache.load(data, "t", "", str(id(serde)), "v1", fast)
+        assert first == _messages(40)
+        first[0]["content"] = "mutated by the caller"
+        first.append({"extra": 1})
+        second = cache.load(data, "t", "", str(id(serde)), "v1", fast)
+        assert second == _messages(40)
+        assert second is not first and second[0] is not first[0]
+        third = cache.load(data, "t", "", str(id(serde)), "v1", fast)
+        assert third == second and third is not second and third[1] is not second[1]
+    assert cache.hits == 4
+
+
+def test_decoded_values_are_kept_only_when_plain_and_copyable() -> None:
+    """Nested containers, tuples, class instances: decoded on every read (a shallow copy
+    would share what is inside); small values too."""
+    cache = ValueCache(1 << 22)
+    fast = _fast(SERDE)
+    nested = [{"id": i, "parts": [i, i + 1], "text": "x" * 80} for i in range(60)]
+    tupled = [("a" * 50, i) for i in range(80)]
+    small = [{"id": 1}]
+    for n, value in enumerate((nested, tupled, small)):
+        data = SERDE.dumps_typed(value)
+        a = cache.load(data, "t", "", f"c{n}", "1", fast)
+        b = cache.load(data, "t", "", f"c{n}", "1", fast)
+        assert a == b == value and a is not b
+        if n == 0:
+            assert a[0]["parts"] is not b[0]["parts"]
+    assert all(entry[4] is None for entry in cache._entries.values())
+
+
+def test_decoded_value_never_served_for_other_bytes() -> None:
+    cache = ValueCache(1 << 22)
+    fast = _fast(SERDE)
+    old, new = SERDE.dumps_typed(_messages(30, "old")), SERDE.dumps_typed(_messages(30, "new"))
+    assert cache.load(old, "t", "", "m", "1", fast) == _messages(30, "old")
+    assert cache.load(new, "t", "", "m", "1", fast) == _messages(30, "new")
+    assert cache.load(old, "t", "", "m", "1", fast) == _messages(30, "old")
+    assert cache.hits == 0
+
+
+def test_decoded_values_count_against_the_bound() -> None:
+    cache = ValueCache(1 << 16)
+    fast = _fast(PLAIN)
+    for i in range(20):
+        cache.load(PLAIN.dumps_typed(_messages(30, f"m{i}")), "t", "", f"c{i}", "1", fast)
+        assert cache.size <= cache.max_bytes
+    assert 0 < len(cache) < 20
+
+
+@example_settings(150)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.text(max_size=8),
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(),
+            max_size=5,
+        ),
+        min_size=1,
+        max_size=60,
+    )
+    | values
+    | st.builds(DeltaSnapshot, values)
+)
+def test_loading_through_the_cache_equals_loading_without(value: Any) -> None:
+    """Whatever the value, every read through `load` equals a plain read (type and repr),
+    and no two reads share a mutable object."""
+    serde = CompressingSerializer(threshold=0)
+    data = serde.dumps_typed(value)
+    padded = serde.dumps_typed([value, "p" * 5000])  # large enough to be kept when plain
+    cache = ValueCache(1 << 22)
+    fast = _fast(serde)
+    for stored in (data, padded):
+        expected = load_typed(serde, stored)
+        reads = [cache.load(stored, "t", "", "c", str(len(stored[1])), fast) for _ in range(3)]
+        for got in reads:
+            assert type(got) is type(expected) and repr(got) == repr(expected)
+        if isinstance(reads[0], list | dict):
+            assert reads[0] is not reads[1] is not reads[2]

@@ -17,9 +17,17 @@ value is stored: an encrypting serializer still decrypts and checks every value 
 location (its ciphertext is not compressed, so it is never cached at all). Savers drop a
 thread's entries when they delete, prune or overwrite it, to free the memory early.
 
+Decoded values (`load`): a value that is plain data of a shape `serde.fresh_copy` can copy
+exactly (a chat history: a list of flat dicts; a `DeltaSnapshot` of one) is also kept
+decoded, and later reads of the same bytes get a fresh copy of it, several times faster
+than decoding again; the copy kept is never the one handed out. Only what ormsgpack reads
+without any extension is kept that way (`fast_path._load_plain`), so no class policy or
+codec decides what such a value is: it reads alike under every `MsgpackSerializer`.
+
 Size: `CHECKPOINTER_VALUE_CACHE_BYTES` (default 32 MiB, 0 disables) when a saver makes its
 cache; `saver.value_cache.resize(n)` afterwards. An entry costs its stored plus its
-decompressed bytes; least recently used entries go first. Thread-safe.
+decompressed bytes, twice the latter more when it holds the decoded value (about what the
+objects take beyond their bytes); least recently used entries go first. Thread-safe.
 """
 
 from __future__ import annotations
@@ -27,20 +35,28 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import Any, Final
 
 from checkpointer.errors import ConfigError, DeserializationError
+from checkpointer.serde.fast_path import _NOT_PLAIN, _load_plain
 from checkpointer.serde.frames import decompress_typed, is_compressed
+from checkpointer.serde.fresh_copy import Copier, copier_for
+from checkpointer.serde.value_types import TAG_MSGPACK
 
 ENV_MAX_BYTES: Final = "CHECKPOINTER_VALUE_CACHE_BYTES"
 DEFAULT_MAX_BYTES: Final = 32 * 1024 * 1024
 _ENTRY_OVERHEAD: Final = 256
 """Bytes counted per entry on top of its data (key, tuple, dict slot)."""
 
+_DECODED_MIN_BYTES: Final = 4096
+"""Smaller values are decoded again on each read: keeping them would cost about as much."""
+
 Key = tuple[str, str, str, str]
-_Entry = tuple[str, bytes, tuple[str, bytes], int]
-"""(stored tag, stored bytes, decompressed pair, cost in bytes)."""
+Typed = tuple[str, bytes]
+_Entry = tuple[str, bytes, Typed, int, Any, "Copier | None"]
+"""(stored tag, stored bytes, decompressed pair, cost in bytes, decoded value kept (never
+handed out) and its copier, or None, None)."""
 
 
 def max_bytes_from_env() -> int:
@@ -110,28 +126,89 @@ class ValueCache:
         if not self._max or not is_compressed(tag):
             return data
         key = (thread_id, checkpoint_ns, channel, version)
+        entry = self._lookup(key, tag, raw)
+        if entry is not None:
+            return entry[2]
+        try:
+            out = decompress_typed(data)
+        except DeserializationError:
+            return data
+        self._store(key, (tag, raw, out, len(raw) + len(out[1]) + _ENTRY_OVERHEAD, None, None))
+        return out
+
+    def load(
+        self,
+        data: Typed,
+        thread_id: str,
+        checkpoint_ns: str,
+        channel: str,
+        version: str,
+        fast: Callable[[Typed], Any],
+    ) -> Any:
+        """The stored pair `data` decoded: a fresh copy of its decoded value when these very
+        bytes were decoded at this location before and kept (module doc), else
+        `fast(pair)` with compression undone through the cache as `plain` does.
+
+        `fast` is a `MsgpackSerializer.fast_loader()`: what it returns for plain data is
+        what `_load_plain` returns, which is how a value is decided to be kept. Errors are
+        `fast`'s: the caller reads a value that fails again its usual way."""
+        tag, raw = data
+        if not self._max:
+            return fast(data)
+        key = (thread_id, checkpoint_ns, channel, version)
+        entry = self._lookup(key, tag, raw)
+        if entry is not None:
+            if entry[5] is not None:
+                return entry[5](entry[4])
+            plain = entry[2]
+        elif is_compressed(tag):
+            try:
+                plain = decompress_typed(data)
+            except DeserializationError:
+                return fast(data)
+        else:
+            plain = data
+        stored = plain[1]
+        if plain[0] != TAG_MSGPACK or type(stored) is not bytes or len(stored) < _DECODED_MIN_BYTES:
+            if entry is None and plain is not data:
+                self._store(
+                    key, (tag, raw, plain, len(raw) + len(stored) + _ENTRY_OVERHEAD, None, None)
+                )
+            return fast(plain)
+        value = _load_plain(stored)
+        copier = None if value is _NOT_PLAIN else copier_for(value)
+        if copier is None:
+            if entry is None and plain is not data:
+                self._store(
+                    key, (tag, raw, plain, len(raw) + len(stored) + _ENTRY_OVERHEAD, None, None)
+                )
+            return fast(plain) if value is _NOT_PLAIN else value
+        kept = copier(value)  # the caller's value is theirs alone
+        extra = len(stored) if plain is data else len(raw) + len(stored)
+        self._store(key, (tag, raw, plain, extra + 2 * len(stored) + _ENTRY_OVERHEAD, kept, copier))
+        return value
+
+    def _lookup(self, key: Key, tag: str, raw: bytes) -> _Entry | None:
+        """The entry at `key` if it was made from these very stored bytes."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry[0] == tag and entry[1] == raw:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return entry[2]
+                return entry
             self.misses += 1
-        try:
-            out = decompress_typed(data)
-        except DeserializationError:
-            return data
-        cost = len(raw) + len(out[1]) + _ENTRY_OVERHEAD
-        if cost > self._max // 2:
-            return out  # one value would push most others out: not kept
+            return None
+
+    def _store(self, key: Key, entry: _Entry) -> None:
+        if entry[3] > self._max // 2:
+            return  # one value would push most others out: not kept
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._size -= old[3]
-            self._entries[key] = (tag, raw, out, cost)
-            self._size += cost
+            self._entries[key] = entry
+            self._size += entry[3]
             self._evict()
-        return out
 
     def drop_threads(self, thread_ids: Iterable[str]) -> None:
         """Forget the values of these threads (deleted, pruned, overwritten)."""

@@ -176,7 +176,13 @@ def decode_delta_history(
             entry["seed"] = value
             continue
         data = (type_, blob if type(blob) is bytes else bytes(blob))
-        if cache is not None:  # as in `decode_tuples`
+        if cache is not None and fast is not None:  # as in `decode_tuples`
+            try:
+                entry["seed"] = cache.load(data, thread_id, checkpoint_ns, channel, str(ref), fast)
+                continue
+            except Exception:
+                pass  # read again below, for the error that names the value
+        elif cache is not None:
             data = cache.plain(data, thread_id, checkpoint_ns, channel, str(ref))
         entry["seed"] = read(
             data,

@@ -329,14 +329,20 @@ def decode_tuples(
         for row in blob_rows:
             channel, version = row[2], row[3]
             data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
-            if cache is not None:  # compression undone once per stored value (value_cache)
-                data = cache.plain(data, thread_id, ns, channel, version)
             if fast is not None:
+                # Through the cache (`value_cache`): compression undone, and large plain
+                # values decoded, once per stored value; each read gets a fresh object.
                 try:
-                    values[channel] = fast(data)
+                    values[channel] = (
+                        fast(data)
+                        if cache is None
+                        else cache.load(data, thread_id, ns, channel, version, fast)
+                    )
                     continue
                 except Exception:
                     pass
+            elif cache is not None:
+                data = cache.plain(data, thread_id, ns, channel, version)
             values[channel] = read(
                 data,
                 ValueLocation.blob(thread_id, ns, channel, version) if located else None,
