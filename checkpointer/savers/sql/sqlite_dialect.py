@@ -284,13 +284,7 @@ class SqliteDialect(Dialect):
             # on a re-put only if the parent is the stored one (`parents.py`): no row back
             # means refused.
             written = yield Stmt(
-                f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
-                f"SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, s.v, {_RUN_START} FROM ({_NEXT_SEQ}) s WHERE "
-                + new_checkpoint_allowed(CHECKPOINTS, "?1", "?2", "?3")
-                + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                + self.checkpoint_upsert_values()
-                + " WHERE parent_checkpoint_id IS excluded.parent_checkpoint_id RETURNING 1",
+                self.sql(("put_checkpoint",), self._put_checkpoint_sql),
                 (thread_id, ns, checkpoint_id, parent_id, run_id, record, metadata),
                 fetch=True,
             )
@@ -303,6 +297,17 @@ class SqliteDialect(Dialect):
         if blobs or activity is not None:
             return Op(plan(), txn=True)
         return Op(plan(), write=True)
+
+    def _put_checkpoint_sql(self) -> str:
+        return (
+            f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
+            f"SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, s.v, {_RUN_START} FROM ({_NEXT_SEQ}) s WHERE "
+            + new_checkpoint_allowed(CHECKPOINTS, "?1", "?2", "?3")
+            + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+            + self.checkpoint_upsert_values()
+            + " WHERE parent_checkpoint_id IS excluded.parent_checkpoint_id RETURNING 1"
+        )
 
     def put_writes_plan(
         self,
