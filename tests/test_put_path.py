@@ -128,3 +128,46 @@ def test_a_locked_database_still_raises_storage_busy_on_put(tmp_path: Path) -> N
         other.close()
     _put(saver, "t3", 3)
     saver.close()
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return ("value", fn(*args))
+    except Exception as exc:
+        return ("error", type(exc))
+
+
+_UUID = "3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b"
+task_ids = st.sampled_from(
+    [
+        _UUID,
+        _UUID.upper(),
+        "task-1",
+        "",
+        "-0000003-9a4d-4e6f-8b7a-1c2d3e4f5a6b",
+        "-0000000-9a4d-4e6f-8b7a-1c2d3e4f5a6b",
+        "-0000999-9a4d-4e6f-8b7a-1c2d3e4f5a6b",
+    ]
+)
+slots = st.lists(
+    st.sampled_from([-4, -3, -2, -1]) | st.integers(min_value=-(2**25), max_value=2**25),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(task_id=task_ids, idxs=slots)
+def test_write_keys_of_a_batch_are_each_writes_key(task_id: str, idxs: list[int]) -> None:
+    """A put_writes encodes its task id once for the batch: the stored id and slots (or
+    the error) are what `encode_write_key` gives write by write, on both dialects."""
+    from checkpointer.savers.sql.postgres_dialect import PostgresDialect
+    from checkpointer.savers.sql.sqlite_dialect import SqliteDialect
+
+    for d in (PostgresDialect(), SqliteDialect()):
+
+        def one_by_one(d: Any = d) -> tuple[Any, list[int]]:
+            keys = [d.encode_write_key(task_id, i) for i in idxs]
+            stored = keys[0][0] if keys else d.encode_write_key(task_id, 0)[0]
+            return stored, [i for _, i in keys]
+
+        assert _outcome(d.encode_write_keys, task_id, idxs) == _outcome(one_by_one)

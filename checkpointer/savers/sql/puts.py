@@ -38,16 +38,14 @@ from checkpointer.savers.sql.records import (
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located
 from checkpointer.types import (
+    WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     RunnableConfig,
-    checkpoint_ns_of,
     config_address,
     is_special_batch,
     make_config,
-    thread_id_of,
-    write_idx,
 )
 
 MAX_STORED_VALUE_BYTES = 1_000_000_000
@@ -91,9 +89,10 @@ def put_op(
         inlines = serde_inlines(serde)
     if located is None:
         located = is_located(serde)
-    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-    parent_id = parent_id_for_put(config, checkpoint)
+    thread_id, ns, parent_id = config_address(config)
     checkpoint_id = checkpoint["id"]
+    if parent_id is not None and parent_id == checkpoint_id:
+        parent_id_for_put(config, checkpoint)  # raises: its own parent
     changed = new_blob_channels(checkpoint, new_versions)
     inline: Inline = {}
     if inlines:
@@ -235,16 +234,17 @@ def put_writes_op(
         raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
     if not writes:
         return None
-    stored_task_id, _ = d.encode_write_key(task_id, 0)
+    special = WRITES_IDX_MAP  # `write_idx`, per write
+    channels = [channel for channel, _ in writes]
+    given = [special.get(channel, position) for position, channel in enumerate(channels)]
+    stored_task_id, idxs = d.encode_write_keys(task_id, given)
     task_name = d.task_name(task_id)
-    replace = is_special_batch([channel for channel, _ in writes])
+    replace = is_special_batch(channels)
     dumps = serde.dumps_typed
     if located is None:
         located = is_located(serde)
     rows: dict[int, tuple[int, str, str, bytes]] = {}
-    for position, (channel, value) in enumerate(writes):
-        given_idx = write_idx(channel, position)
-        _, idx = d.encode_write_key(task_id, given_idx)
+    for idx, given_idx, (channel, value) in zip(idxs, given, writes, strict=True):
         if idx in rows and not replace:
             continue
         if located:

@@ -72,7 +72,7 @@ per thread instead of on every put."""
 
 
 def encode_metadata(metadata: Mapping[str, Any]) -> str:
-    return dumps_json(dict(metadata))
+    return dumps_json(metadata if type(metadata) is dict else dict(metadata))
 
 
 def json_value(value: Any) -> Any:

@@ -6,6 +6,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from itertools import chain
 from time import monotonic
 from typing import Any
 
@@ -391,7 +392,7 @@ class SqliteDialect(Dialect):
                 return f"{insert} VALUES {', '.join([row] * count)} {tail}"
 
             sql = self.sql(("multi_row", insert, tail, len(chunk), width), build)
-            yield Stmt(sql, tuple(value for row in chunk for value in row))
+            yield Stmt(sql, tuple(chain.from_iterable(chunk)))
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
         where = " AND ".join(f"{c} = ?" for c in columns)
