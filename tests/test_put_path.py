@@ -171,3 +171,32 @@ def test_write_keys_of_a_batch_are_each_writes_key(task_id: str, idxs: list[int]
             return stored, [i for _, i in keys]
 
         assert _outcome(d.encode_write_keys, task_id, idxs) == _outcome(one_by_one)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=json_values.filter(
+        lambda v: "NaN" not in json.dumps(v) and "Infinity" not in json.dumps(v)
+    )
+)
+def test_metadata_text_is_json_dumps(value: Any) -> None:
+    """Metadata is `json.dumps(sort_keys=True, ensure_ascii=False, separators=(",", ":"))`
+    of it, through the per-thread encoder and its table of strings seen before."""
+    from checkpointer.savers.base import dumps_json
+
+    expected = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    assert dumps_json({"m": value, "again": value}) == (f'{{"again":{expected},"m":{expected}}}')
+
+
+def test_strings_past_the_table_size_still_encode_as_json_dumps() -> None:
+    from checkpointer.savers import base
+
+    words = [f"w{i}\u00e9\n\x00\ud7ff" for i in range(base._QUOTED_ENTRIES * 2 + 7)]
+    long = 'x"' * base._QUOTED_MAX_LENGTH
+    for chunk in range(0, len(words), 500):
+        record = {"id": "x", "channel_values": {}, "w": words[chunk : chunk + 500], "l": long}
+        expected = {"w": record["w"], "l": long}
+        assert encode_record(record) == _dumps(expected)  # type: ignore[arg-type]
+        assert base.dumps_json(expected) == json.dumps(
+            expected, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+        )

@@ -87,6 +87,27 @@ _METADATA_ENCODER = json.JSONEncoder(
 )
 
 
+class _QuotedStrings(dict[str, str]):
+    """The JSON text (`encode_basestring`) of the short strings a thread encoded last,
+    looked up by `dict.__getitem__` in C: the keys, channel names and versions that every
+    record and metadata of a thread repeats are escaped once (a character at a time, the
+    larger part of encoding a record), not at every put. Emptied when full."""
+
+    __slots__ = ()
+
+    def __missing__(self, text: str) -> str:
+        quoted: str = encode_basestring(text)
+        if len(text) <= _QUOTED_MAX_LENGTH:
+            if len(self) >= _QUOTED_ENTRIES:
+                self.clear()
+            self[text] = quoted
+        return quoted
+
+
+_QUOTED_MAX_LENGTH = 256
+_QUOTED_ENTRIES = 4096
+
+
 class CompactJsonEncoder(threading.local):
     """`encoder.encode` through CPython's C encoder, built once per thread:
     `JSONEncoder.encode` (and `json.dumps` with options) builds one on every call, which is
@@ -105,7 +126,7 @@ class CompactJsonEncoder(threading.local):
             self.encode = _c_make_encoder(
                 self.markers if encoder.check_circular else None,
                 encoder.default,
-                encode_basestring,
+                _QuotedStrings().__getitem__,
                 None,
                 encoder.key_separator,
                 encoder.item_separator,
