@@ -87,26 +87,57 @@ _METADATA_ENCODER = json.JSONEncoder(
 )
 
 
-class _MetadataEncoder(threading.local):
-    """`_METADATA_ENCODER`'s C encoder, built once per thread: `JSONEncoder.encode` builds
-    one on every call, which is half the cost of encoding a checkpoint's metadata.
+class _QuotedStrings(dict[str, str]):
+    """The JSON text (`encode_basestring`) of the short strings a thread encoded last,
+    looked up by `dict.__getitem__` in C: the keys, channel names and versions that every
+    record and metadata of a thread repeats are escaped once (a character at a time, the
+    larger part of encoding a record), not at every put. Emptied when full."""
+
+    __slots__ = ()
+
+    def __missing__(self, text: str) -> str:
+        quoted: str = encode_basestring(text)
+        if len(text) <= _QUOTED_MAX_LENGTH:
+            if len(self) >= _QUOTED_ENTRIES:
+                self.clear()
+            self[text] = quoted
+        return quoted
+
+
+_QUOTED_MAX_LENGTH = 256
+_QUOTED_ENTRIES = 4096
+
+
+class CompactJsonEncoder(threading.local):
+    """`encoder.encode` through CPython's C encoder, built once per thread:
+    `JSONEncoder.encode` (and `json.dumps` with options) builds one on every call, which is
+    half the cost of encoding a checkpoint's metadata or record. Same text, same errors.
 
     `markers` is where the encoder tracks the containers it is inside (circular references
     fail as with `encode`); a failure can leave entries behind, so it is emptied then.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, encoder: json.JSONEncoder) -> None:
+        self.fallback = encoder
         self.busy = False
         self.markers: dict[int, Any] = {}
         self.encode: Callable[[Any, int], Sequence[str]] | None = None
-        if _c_make_encoder is not None:
+        if _c_make_encoder is not None and encoder.indent is None and not encoder.ensure_ascii:
             self.encode = _c_make_encoder(
-                self.markers, _refuse_json, encode_basestring, None, ":", ",", True, False, False
+                self.markers if encoder.check_circular else None,
+                encoder.default,
+                _QuotedStrings().__getitem__,
+                None,
+                encoder.key_separator,
+                encoder.item_separator,
+                encoder.sort_keys,
+                encoder.skipkeys,
+                encoder.allow_nan,
             )
 
     def __call__(self, obj: Any) -> str:
         if self.encode is None or self.busy:  # no C encoder; or called back from `default`
-            return _METADATA_ENCODER.encode(obj)
+            return self.fallback.encode(obj)
         self.busy = True
         try:
             return "".join(self.encode(obj, 0))
@@ -117,7 +148,7 @@ class _MetadataEncoder(threading.local):
             self.busy = False
 
 
-_encode_metadata = _MetadataEncoder()
+_encode_metadata = CompactJsonEncoder(_METADATA_ENCODER)
 
 
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]

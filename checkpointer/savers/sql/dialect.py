@@ -78,6 +78,13 @@ class Dialect:
         """The stored `(task_id, idx)` of a write; `decode_write_key` inverts it exactly."""
         return self.encode_task_id(task_id), idx
 
+    def encode_write_keys(self, task_id: str, idxs: Sequence[int]) -> tuple[Any, list[int]]:
+        """`encode_write_key` of one task's writes: the stored task id and each stored idx
+        (a dialect whose task id encoding costs more than a call does it once)."""
+        stored = [self.encode_write_key(task_id, idx) for idx in idxs]
+        task = stored[0][0] if stored else self.encode_write_key(task_id, 0)[0]
+        return task, [idx for _, idx in stored]
+
     def decode_write_key(self, stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
         return str(stored_task_id), int(stored_idx)
 

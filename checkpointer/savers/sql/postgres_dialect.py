@@ -8,6 +8,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from checkpointer.errors import ConfigError
@@ -136,20 +137,39 @@ def rows_select(
 
     A step writes a few small rows; building arrays of them cost more than running the
     statement, so few rows go in as VALUES."""
-    names = ", ".join(name for name, _ in columns)
+    rows_params(columns, rows, params)
+    return rows_select_text(tuple(columns), len(rows))
+
+
+def rows_params(
+    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]], params: dict[str, Any]
+) -> None:
+    """The parameters of `rows_select(columns, rows, params)`, added to `params`."""
     if len(rows) <= VALUES_ROWS_MAX:
-        tuples = []
+        names = [name for name, _ in columns]
         for i, row in enumerate(rows):
+            for name, value in zip(names, row, strict=True):
+                params[f"r{i}_{name}"] = value
+        return
+    for j, (name, _) in enumerate(columns):
+        params[f"a_{name}"] = [row[j] for row in rows]
+
+
+@lru_cache(maxsize=256)
+def rows_select_text(columns: tuple[tuple[str, str], ...], count: int) -> str:
+    """The text of `rows_select` for `count` rows: the same for every put of that shape."""
+    names = ", ".join(name for name, _ in columns)
+    if count <= VALUES_ROWS_MAX:
+        tuples = []
+        for i in range(count):
             cells = []
-            for (name, kind), value in zip(columns, row, strict=True):
+            for name, kind in columns:
                 key = f"r{i}_{name}"
-                params[key] = value
                 cells.append(f"%({key})b::bytea" if kind == "bytea" else f"%({key})s::{kind}")
             tuples.append("(" + ", ".join(cells) + ")")
         return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({names})"
     arrays = []
-    for j, (name, kind) in enumerate(columns):
-        params[f"a_{name}"] = [row[j] for row in rows]
+    for name, kind in columns:
         arrays.append(f"%(a_{name})b::bytea[]" if kind == "bytea" else f"%(a_{name})s::{kind}[]")
     return f"SELECT * FROM unnest({', '.join(arrays)}) AS v({names})"
 
@@ -202,6 +222,13 @@ class PostgresDialect(Dialect):
 
     def encode_write_key(self, task_id: str, idx: int) -> tuple[Any, int]:
         return encode_write_key(task_id, idx)
+
+    def encode_write_keys(self, task_id: str, idxs: Sequence[int]) -> tuple[Any, list[int]]:
+        # Only a negative-step id shifts its slots; any other id is parsed once, not per
+        # write, and keeps them.
+        if isinstance(task_id, str) and _NEGATIVE_STEP_ID.match(task_id) is None:
+            return encode_write_key(task_id, 0)[0], list(idxs)
+        return super().encode_write_keys(task_id, idxs)
 
     def decode_write_key(self, stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
         return decode_write_key(stored_task_id, stored_idx)
@@ -334,6 +361,23 @@ class PostgresDialect(Dialect):
             "head": checkpoint_id if ns == "" else None,
             "now": self.ts_param(now),
         }
+        if blobs:
+            rows_params(_BLOB_COLUMNS, blobs, params)
+
+        sql = self.sql(
+            ("put", parent_id is None, len(blobs)),
+            lambda: self._put_sql(parent_id is None, len(blobs)),
+        )
+
+        def plan() -> Plan[None]:
+            rows = yield Stmt(sql, params, fetch=True)
+            if not rows[0][0]:
+                yield from refused_put_plan(self, thread_id, ns, checkpoint_id, parent_id)
+
+        return Op(plan())
+
+    def _put_sql(self, parent_none: bool, blob_rows: int) -> str:
+        """The put statement for this shape of put (its text depends on nothing else)."""
         key = (
             "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s "
             "AND checkpoint_id = %(checkpoint_id)s"
@@ -346,7 +390,7 @@ class PostgresDialect(Dialect):
         # alone then reads every checkpoint of the namespace).
         parent_is = (
             "parent_checkpoint_id IS NULL"
-            if parent_id is None
+            if parent_none
             else "parent_checkpoint_id = %(parent_id)s"
         )
         # Blobs, checkpoint and thread summary in one statement: one round trip, atomic in
@@ -387,8 +431,8 @@ class PostgresDialect(Dialect):
             "w.checkpoint_id = %(checkpoint_id)s AND w.seq IS NULL AND EXISTS (SELECT 1 FROM cp))",
         ]
         added = "(SELECT n FROM cp) - coalesce((SELECT n FROM prior), 0)"
-        if blobs:
-            rows = rows_select(_BLOB_COLUMNS, blobs, params)
+        if blob_rows:
+            rows = rows_select_text(_BLOB_COLUMNS, blob_rows)
             ctes.append(
                 f"new_blobs AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
                 "channel, version, type, blob) SELECT %(thread_id)s, %(checkpoint_ns)s, "
@@ -405,14 +449,7 @@ class PostgresDialect(Dialect):
             + summary_merge(self)
             + ")"
         )
-        sql = "WITH " + ", ".join(ctes) + " SELECT EXISTS (SELECT 1 FROM cp)"
-
-        def plan() -> Plan[None]:
-            rows = yield Stmt(sql, params, fetch=True)
-            if not rows[0][0]:
-                yield from refused_put_plan(self, thread_id, ns, checkpoint_id, parent_id)
-
-        return Op(plan())
+        return "WITH " + ", ".join(ctes) + " SELECT EXISTS (SELECT 1 FROM cp)"
 
     def put_writes_plan(
         self,
@@ -426,12 +463,6 @@ class PostgresDialect(Dialect):
         now: datetime,
         task_name: str | None = None,
     ) -> Op[None]:
-        conflict = (
-            "DO UPDATE SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "
-            "type = EXCLUDED.type, blob = EXCLUDED.blob"
-            if replace
-            else "DO NOTHING"
-        )
         params: dict[str, Any] = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
@@ -440,11 +471,25 @@ class PostgresDialect(Dialect):
             "task_path": task_path,
             "now": self.ts_param(now),
         }
+        if task_name is not None:
+            params["task_name"] = task_name
+        rows_params(_WRITE_COLUMNS, rows, params)
+        key = ("put_writes", len(rows), replace, task_name is not None)
+        sql = self.sql(key, lambda: self._put_writes_sql(len(rows), replace, task_name is not None))
+        return Op(_one(Stmt(sql, params)))
+
+    def _put_writes_sql(self, count: int, replace: bool, named: bool) -> str:
+        """The put_writes statement for `count` rows (`named`: the task stores its name)."""
+        conflict = (
+            "DO UPDATE SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel, "
+            "type = EXCLUDED.type, blob = EXCLUDED.blob"
+            if replace
+            else "DO NOTHING"
+        )
         # A named task (see `task_name`) also stores its name; every UUID id leaves the
         # column out, so the hot path's statement is the one it always was.
         named_column, named_value = "", ""
-        if task_name is not None:
-            params["task_name"] = task_name
+        if named:
             named_column, named_value = "task_name, ", "%(task_name)s::text, "
         # The seq of the checkpoint the writes are pending on (NULL while it is not stored).
         # Its id is matched as the one-entry range [id, id] in key order (equal, in a
@@ -458,8 +503,8 @@ class PostgresDialect(Dialect):
         )
         # Writes and thread summary in one statement. `prior` (the rows as they were) and
         # `ins` (what was inserted or replaced) give the bytes added exactly.
-        sql = (
-            f"WITH x AS ({rows_select(_WRITE_COLUMNS, rows, params)}), "
+        return (
+            f"WITH x AS ({rows_select_text(_WRITE_COLUMNS, count)}), "
             f"prior AS (SELECT w.idx, {self.size('w.blob')} AS n FROM {self.writes} w "
             "WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s "
             "AND w.checkpoint_id = %(checkpoint_id)s AND w.task_id = %(task_id)s::uuid "
@@ -475,7 +520,6 @@ class PostgresDialect(Dialect):
             "coalesce((SELECT sum(n) FROM ins), 0) - coalesce((SELECT sum(prior.n) FROM prior "
             "WHERE prior.idx IN (SELECT idx FROM ins)), 0), %(now)s, %(now)s " + summary_merge(self)
         )
-        return Op(_one(Stmt(sql, params)))
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
         arrays = {f"k{i}": [k[i] for k in keys] for i in range(len(columns))}

@@ -38,16 +38,14 @@ from checkpointer.savers.sql.records import (
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located
 from checkpointer.types import (
+    WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     RunnableConfig,
-    checkpoint_ns_of,
     config_address,
     is_special_batch,
     make_config,
-    thread_id_of,
-    write_idx,
 )
 
 MAX_STORED_VALUE_BYTES = 1_000_000_000
@@ -74,6 +72,9 @@ def put_op(
     new_versions: ChannelVersions,
     carried: Inline | None = None,
     restore: Mapping[str, tuple[Any, Any]] | None = None,
+    *,
+    inlines: bool | None = None,
+    located: bool | None = None,
 ) -> tuple[Op[None], RunnableConfig, Inline]:
     """Serialize only the channels in `new_versions` that have a value; the checkpoint row
     records every version, so unchanged channels keep pointing at their older values.
@@ -82,13 +83,19 @@ def put_op(
     value rows, with `carried` (the parent's inline values of unchanged channels, see
     `inline.py`); the record's inline values are returned with the op. `restore`:
     (version, value) of unchanged channels whose value may not be stored yet, written as
-    value rows if absent (`unstored.py`)."""
-    thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-    parent_id = parent_id_for_put(config, checkpoint)
+    value rows if absent (`unstored.py`). `inlines` / `located`: `serde_inlines(serde)` and
+    `is_located(serde)`, when the caller knows them."""
+    if inlines is None:
+        inlines = serde_inlines(serde)
+    if located is None:
+        located = is_located(serde)
+    thread_id, ns, parent_id = config_address(config)
     checkpoint_id = checkpoint["id"]
+    if parent_id is not None and parent_id == checkpoint_id:
+        parent_id_for_put(config, checkpoint)  # raises: its own parent
     changed = new_blob_channels(checkpoint, new_versions)
     inline: Inline = {}
-    if serde_inlines(serde):
+    if inlines:
         inline = dict(carried or {})
         for channel, (_, value) in changed.items():
             if inlinable(value):
@@ -97,7 +104,7 @@ def put_op(
             changed = {ch: pair for ch, pair in changed.items() if ch not in inline}
     if restore:  # value rows only, written if absent (see `unstored.py`)
         changed = {**restore, **changed}
-    if is_located(serde):
+    if located:
         blobs = [
             (
                 channel,
@@ -118,7 +125,7 @@ def put_op(
         checkpoint,
         inline,
         partial(make_seal, serde, thread_id, ns, checkpoint_id, parent_id=parent_id)
-        if is_located(serde)
+        if located
         else None,
     )
     where = f"in checkpoint {checkpoint_id!r}"
@@ -216,6 +223,8 @@ def put_writes_op(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
+    *,
+    located: bool | None = None,
 ) -> Op[None] | None:
     """A batch of only special channels replaces stored rows; any other batch inserts what
     is absent (a re-sent batch changes nothing). Duplicate slots in one batch keep the
@@ -225,15 +234,17 @@ def put_writes_op(
         raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
     if not writes:
         return None
-    stored_task_id, _ = d.encode_write_key(task_id, 0)
+    special = WRITES_IDX_MAP  # `write_idx`, per write
+    channels = [channel for channel, _ in writes]
+    given = [special.get(channel, position) for position, channel in enumerate(channels)]
+    stored_task_id, idxs = d.encode_write_keys(task_id, given)
     task_name = d.task_name(task_id)
-    replace = is_special_batch([channel for channel, _ in writes])
+    replace = is_special_batch(channels)
     dumps = serde.dumps_typed
-    located = is_located(serde)
+    if located is None:
+        located = is_located(serde)
     rows: dict[int, tuple[int, str, str, bytes]] = {}
-    for position, (channel, value) in enumerate(writes):
-        given_idx = write_idx(channel, position)
-        _, idx = d.encode_write_key(task_id, given_idx)
+    for idx, given_idx, (channel, value) in zip(idxs, given, writes, strict=True):
         if idx in rows and not replace:
             continue
         if located:

@@ -174,6 +174,17 @@ class _SqlPrograms:
             cache = self.__dict__.setdefault("_value_cache", ValueCache())
         return cache
 
+    def _serde_traits(self) -> tuple[bool, bool]:
+        """(`serde_inlines`, `is_located`) of the saver's serializer, asked once per
+        serializer: each is an attribute read through its wrappers (a Python `__getattr__`
+        per layer), which every put and put_writes asked several times."""
+        serde = self.serde
+        traits: tuple[Any, bool, bool] | None = self.__dict__.get("_serde_traits_cache")
+        if traits is None or traits[0] is not serde:
+            traits = (serde, serde_inlines(serde), is_located(serde))
+            self.__dict__["_serde_traits_cache"] = traits
+        return traits[1], traits[2]
+
     def _where(self) -> str:
         return self._dialect.describe()
 
@@ -212,7 +223,7 @@ class _SqlPrograms:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> Program[RunnableConfig]:
-        inlines = serde_inlines(self.serde)
+        inlines, located = self._serde_traits()
         thread_id, ns, parent_id = config_address(config)
         check_put_ids(checkpoint, metadata)
         carried: dict[str, Any] | None = None
@@ -246,7 +257,16 @@ class _SqlPrograms:
             if unversioned:
                 carried = {**(carried or {}), **unversioned}
         op, next_config, inline = put_op(
-            self._dialect, self.serde, config, checkpoint, metadata, new_versions, carried, restore
+            self._dialect,
+            self.serde,
+            config,
+            checkpoint,
+            metadata,
+            new_versions,
+            carried,
+            restore,
+            inlines=inlines,
+            located=located,
         )
         yield op
         # The versions steer the next put's carry (and its inline values, when kept).
@@ -291,7 +311,10 @@ class _SqlPrograms:
     ) -> Program[None]:
         check_id(task_id, "task_id")
         check_id(task_path, "task_path")
-        op = put_writes_op(self._dialect, self.serde, config, writes, task_id, task_path)
+        located = self._serde_traits()[1]
+        op = put_writes_op(
+            self._dialect, self.serde, config, writes, task_id, task_path, located=located
+        )
         if op is not None:
             yield op
 

@@ -6,6 +6,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from itertools import chain
 from time import monotonic
 from typing import Any
 
@@ -284,13 +285,7 @@ class SqliteDialect(Dialect):
             # on a re-put only if the parent is the stored one (`parents.py`): no row back
             # means refused.
             written = yield Stmt(
-                f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
-                f"SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, s.v, {_RUN_START} FROM ({_NEXT_SEQ}) s WHERE "
-                + new_checkpoint_allowed(CHECKPOINTS, "?1", "?2", "?3")
-                + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                + self.checkpoint_upsert_values()
-                + " WHERE parent_checkpoint_id IS excluded.parent_checkpoint_id RETURNING 1",
+                self.sql(("put_checkpoint",), self._put_checkpoint_sql),
                 (thread_id, ns, checkpoint_id, parent_id, run_id, record, metadata),
                 fetch=True,
             )
@@ -303,6 +298,17 @@ class SqliteDialect(Dialect):
         if blobs or activity is not None:
             return Op(plan(), txn=True)
         return Op(plan(), write=True)
+
+    def _put_checkpoint_sql(self) -> str:
+        return (
+            f"INSERT INTO {CHECKPOINTS} (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, run_id, checkpoint, metadata, seq, run_start) "
+            f"SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, s.v, {_RUN_START} FROM ({_NEXT_SEQ}) s WHERE "
+            + new_checkpoint_allowed(CHECKPOINTS, "?1", "?2", "?3")
+            + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+            + self.checkpoint_upsert_values()
+            + " WHERE parent_checkpoint_id IS excluded.parent_checkpoint_id RETURNING 1"
+        )
 
     def put_writes_plan(
         self,
@@ -386,7 +392,7 @@ class SqliteDialect(Dialect):
                 return f"{insert} VALUES {', '.join([row] * count)} {tail}"
 
             sql = self.sql(("multi_row", insert, tail, len(chunk), width), build)
-            yield Stmt(sql, tuple(value for row in chunk for value in row))
+            yield Stmt(sql, tuple(chain.from_iterable(chunk)))
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
         where = " AND ".join(f"{c} = ?" for c in columns)

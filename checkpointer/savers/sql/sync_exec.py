@@ -237,6 +237,18 @@ class SqliteExecutor:
         yield holder.conn
 
     def run(self, op: Op[T]) -> T:
+        holder: _ConnHolder | None = getattr(self._local, "holder", None)
+        if holder is not None and not self._closed and self._shared is None:
+            # This thread's connection, without the two context managers below (a put and
+            # a put_writes each pass here once); the same lock and the same typed errors.
+            try:
+                if op.txn or op.write:
+                    with self._writes:
+                        return run_sqlite_op(holder.conn, op, self.trace)
+                return run_sqlite_op(holder.conn, op, self.trace)
+            except sqlite3.OperationalError:
+                with typed_busy_errors(self.where, self._busy_timeout):
+                    raise
         with self._connection() as conn, typed_busy_errors(self.where, self._busy_timeout):
             if not (op.txn or op.write):
                 return run_sqlite_op(conn, op, self.trace)
