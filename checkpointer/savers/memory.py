@@ -44,6 +44,7 @@ from checkpointer.savers.memory_store import (
     stored_metadata,
     write_location,
 )
+from checkpointer.savers.memory_values import DecodedValues
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import (
     ValueLocation,
@@ -53,6 +54,7 @@ from checkpointer.serde.located import (
     plain_batch_loader,
     value_reader,
 )
+from checkpointer.serde.msgpack_serde import MsgpackSerializer
 from checkpointer.serde.value_types import TAG_MSGPACK
 from checkpointer.types import (
     MAX_ID_BYTES,
@@ -94,6 +96,8 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         # Writes may arrive before their checkpoint (no foreign key, as in SQL).
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], StoredWrite]] = {}
         self._meta: dict[str, ThreadMeta] = {}
+        # Values decoded before, handed out as fresh copies (see `memory_values`).
+        self._decoded = DecodedValues()
 
     def _touch(self, thread_id: str) -> None:
         """Record a write to the thread (its summary's `updated_at`); caller holds the lock."""
@@ -116,6 +120,15 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         """The serializer's batch loader for one read operation; None when it binds values
         to their location (each value is then read at its `ValueLocation`)."""
         return batch_loader(self.serde)
+
+    def _value_loader(self, fast: Callable[[Typed], Any]) -> _ValueLoader:
+        """`fast` through the decoded values kept by the saver (`memory_values`), with our
+        own msgpack serializer (any other may decode the same bytes differently over time);
+        `fast` itself otherwise. Called as `load(data)` or `load(data, (thread, ns,
+        channel))` for a stored channel value (caller holds the lock)."""
+        if type(self.serde) is MsgpackSerializer and self._decoded.max_bytes:
+            return partial(self._decoded.load, fast)
+        return partial(_unkept, fast)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = config_address(config)
@@ -240,10 +253,11 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         decoded: builtins.list[tuple[dict[str, Any], builtins.list[PendingWrite]]] | None = None
         if fast is not None:
             load = self._write_values(visits, fast)
+            seed = self._value_loader(fast)
             try:
                 decoded = [
                     (
-                        {channel: fast(blob) for channel, _, blob in found},
+                        {channel: seed(blob) for channel, _, blob in found},
                         [(w.task_id, w.channel, load(w.value)) for w in writes],
                     )
                     for _, found, writes in visits
@@ -339,13 +353,14 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         try:
             checkpoint: Checkpoint = fast(stored.record)
             blobs = self._blobs
+            load = self._value_loader(fast)
             values: dict[str, Any] = {}
             for channel, version in stored.channel_versions.items():
                 blob = blobs.get((thread_id, ns, channel, str(version)))
                 if blob is not None:
-                    values[channel] = fast(blob)
+                    values[channel] = load(blob, (thread_id, ns, channel))
             pending: builtins.list[PendingWrite] = [
-                (w.task_id, w.channel, fast(w.value)) for w in ordered_writes(stored.writes)
+                (w.task_id, w.channel, load(w.value)) for w in ordered_writes(stored.writes)
             ]
         except Exception:
             return self._load_located(thread_id, ns, checkpoint_id, stored, metadata)
@@ -642,6 +657,13 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 key = (row.task_id, row.idx)
                 if replace or key not in target:
                     target[key] = row
+
+
+_ValueLoader = Callable[..., Any]
+
+
+def _unkept(fast: Callable[[Typed], Any], data: Typed, channel: object = None) -> Any:
+    return fast(data)
 
 
 def _in_batch(data: Typed) -> bool:

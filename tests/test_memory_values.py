@@ -1,0 +1,302 @@
+"""The in-memory saver's kept decoded values (`savers/memory_values.py`): every read returns
+what decoding the stored bytes returns (same values, same exact types), as fresh objects
+that no other read shares, including lists read from a channel's base (a prefix or an
+extension of it) and stored bytes changed behind the saver's back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkpointer.channels.markers import DeltaSnapshot
+from checkpointer.errors import CheckpointerError
+from checkpointer.savers.memory import InMemorySaver
+from checkpointer.savers.memory_values import DecodedValues, copier_for
+from checkpointer.serde.msgpack_serde import MsgpackSerializer
+from checkpointer.types import empty_checkpoint, make_config
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, with the same exact type at every level (1 == 1.0 == True is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return list(a) == list(b) and all(
+            same(k1, k2) and same(a[k1], b[k2]) for k1, k2 in zip(a, b, strict=True)
+        )
+    if type(a) in (list, tuple, DeltaSnapshot):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is float and a != a:
+        return b != b
+    return bool(a == b)
+
+
+def shares_mutable(a: Any, b: Any) -> bool:
+    """Whether `a` and `b` hold the same mutable object anywhere."""
+    seen: set[int] = set()
+
+    def walk(x: Any, out: set[int]) -> None:
+        if type(x) in (dict, list):
+            out.add(id(x))
+            for item in x.values() if type(x) is dict else x:
+                walk(item, out)
+        elif type(x) in (tuple, DeltaSnapshot):
+            for item in x:
+                walk(item, out)
+
+    walk(a, seen)
+    other: set[int] = set()
+    walk(b, other)
+    return bool(seen & other)
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.binary(max_size=4),
+)
+records = st.dictionaries(st.text(max_size=4), scalars, max_size=4)
+values = st.one_of(
+    scalars,
+    records,
+    st.lists(scalars, max_size=4),
+    st.lists(records, max_size=6),
+    st.lists(st.lists(scalars, max_size=2), max_size=3),  # nested: decoded every time
+    st.tuples(scalars, scalars),
+    st.builds(DeltaSnapshot, st.lists(records, max_size=4)),
+)
+
+
+@st.composite
+def histories(draw: Any) -> list[Any]:
+    """Successive values of one list channel: mostly grown by appending (a chat), at
+    times cut back, changed in place or replaced, or set to another kind of value."""
+    out: list[Any] = []
+    current: list[Any] = draw(st.lists(records, max_size=3))
+    for _ in range(draw(st.integers(1, 8))):
+        move = draw(st.sampled_from(["append", "append", "append", "cut", "edit", "other"]))
+        if move == "append":
+            current = current + draw(st.lists(records, min_size=1, max_size=3))
+        elif move == "cut" and current:
+            current = current[: draw(st.integers(0, len(current) - 1))]
+        elif move == "edit" and current:
+            at = draw(st.integers(0, len(current) - 1))
+            current = [*current[:at], draw(records), *current[at + 1 :]]
+        elif move == "other":
+            out.append(draw(values))
+            continue
+        out.append(current)
+    return out
+
+
+def _padded(history: list[Any]) -> list[Any]:
+    """Records long enough that lists of them pass the size from which a base is kept."""
+    pad = "x" * 400
+    return [
+        [{**r, "pad": pad} for r in value]
+        if type(value) is list and value and all(type(r) is dict for r in value)
+        else value
+        for value in history
+    ]
+
+
+def _put_all(
+    saver: InMemorySaver, history: list[Any], write_values: bool = True
+) -> list[dict[str, Any]]:
+    configs = []
+    config = make_config("t")
+    for i, value in enumerate(history):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"msgs": value, "n": i}
+        checkpoint["channel_versions"] = {"msgs": str(i + 1), "n": str(i + 1)}
+        config = saver.put(config, checkpoint, {"step": i}, {"msgs": str(i + 1), "n": str(i + 1)})
+        saver.put_writes(config, [("msgs", value if write_values else None), ("n", i)], "task")
+        configs.append(config)
+    return configs
+
+
+def _reads(saver: InMemorySaver, configs: list[dict[str, Any]], order: list[int]) -> list[Any]:
+    out = []
+    for i in order:
+        tup = saver.get_tuple(configs[i])
+        assert tup is not None
+        out.append((tup.checkpoint["channel_values"], tup.pending_writes))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.booleans(), st.data())
+def test_reads_equal_a_saver_that_keeps_nothing(history: list[Any], pad: bool, data: Any) -> None:
+    """Any order of reads (each value read first as a prefix, an extension or on its own),
+    twice over, gives what a saver decoding every read gives, with no mutable object
+    shared between two reads."""
+    if pad:
+        history = _padded(history)
+    kept, plain = InMemorySaver(), InMemorySaver()
+    plain._decoded = DecodedValues(max_bytes=0)
+    configs = _put_all(kept, history)
+    plain_configs = _put_all(plain, history)
+    order = data.draw(st.permutations(range(len(history))))
+    order = order + data.draw(st.lists(st.sampled_from(range(len(history))), max_size=6))
+    got = _reads(kept, configs, order)
+    again = _reads(kept, configs, order)
+    want = _reads(plain, plain_configs, order)
+    for g, a, w in zip(got, again, want, strict=True):
+        assert same(g, w)
+        assert same(a, w)
+        assert not shares_mutable(g, a)
+    listed = [(t.checkpoint["channel_values"], t.pending_writes) for t in kept.list(None)]
+    assert all(
+        same(g, w)
+        for g, w in zip(
+            listed,
+            [(t.checkpoint["channel_values"], t.pending_writes) for t in plain.list(None)],
+            strict=True,
+        )
+    )
+
+
+def _message(i: int) -> dict[str, Any]:
+    return {"speaker": "tool", "content": f"message {i} " + "y" * 300, "id": f"m-{i}", "turn": i}
+
+
+def _chat(saver: InMemorySaver, steps: int) -> list[dict[str, Any]]:
+    return _put_all(saver, [[_message(i) for i in range(k + 1)] for k in range(steps)], False)
+
+
+def _messages(saver: InMemorySaver, config: dict[str, Any]) -> Any:
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    return tup.checkpoint["channel_values"]["msgs"]
+
+
+def test_a_changed_read_never_shows_in_the_next() -> None:
+    saver = InMemorySaver()
+    configs = _chat(saver, 12)
+    first = _messages(saver, configs[-1])
+    first[0]["content"] = "changed"
+    first.append({"x": 1})
+    older = _messages(saver, configs[5])  # from the head's base: a prefix
+    older[1]["id"] = "changed"
+    assert _messages(saver, configs[-1]) == [_message(i) for i in range(12)]
+    assert _messages(saver, configs[5]) == [_message(i) for i in range(6)]
+    assert len(saver._decoded) > 0
+
+
+def test_a_chat_loop_decodes_only_the_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the head was read, the next head (its list plus one message) is read from
+    the base: the serializer decodes nothing of the list again."""
+    saver = InMemorySaver()
+    configs = _chat(saver, 20)
+    _messages(saver, configs[18])
+    loads: list[int] = []
+    real = MsgpackSerializer.fast_loader
+
+    def counting(self: MsgpackSerializer) -> Any:
+        load = real(self)
+
+        def counted(data: Any) -> Any:
+            loads.append(len(data[1]))
+            return load(data)
+
+        return counted
+
+    monkeypatch.setattr(MsgpackSerializer, "fast_loader", counting)
+    assert _messages(saver, configs[19]) == [_message(i) for i in range(20)]
+    assert _messages(saver, configs[3]) == [_message(i) for i in range(4)]
+    assert max(loads) < 1000  # the record and small values only
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda raw: raw[:-1],  # cut inside the last item
+        lambda raw: raw[:-1] + b"\xc1",  # a byte msgpack never writes
+        lambda raw: raw + b"\x00",  # a byte after the list
+        lambda raw: raw,  # unchanged (control)
+        lambda raw: bytes([raw[0] + 1]) + raw[1:],  # one item more than it holds
+        lambda raw: bytes([raw[0] - 1]) + raw[1:],  # one item less than it holds
+        lambda raw: b"\xdc\x00\x0b" + raw[1:],  # a longer header than msgpack writes
+    ],
+)
+def test_stored_bytes_changed_behind_the_saver_read_as_without_it(edit: Any) -> None:
+    """A stored list replaced by other bytes (a prefix of the base's that ends inside an
+    item, one with bytes after it, a count that does not match) reads as a saver that
+    keeps nothing reads it: the same value or the same error."""
+    kept, plain = InMemorySaver(), InMemorySaver()
+    plain._decoded = DecodedValues(max_bytes=0)
+    for saver in (kept, plain):
+        configs = _chat(saver, 20)
+        _messages(saver, configs[-1])  # the base
+        key = ("t", "", "msgs", "11")
+        tag, raw = saver._blobs[key]
+        assert raw[0] == 0x9B  # 11 items
+        saver._blobs[key] = (tag, edit(raw))
+    outcomes = []
+    for saver in (kept, plain):
+        try:
+            outcomes.append(_messages(saver, make_config("t", "", configs_id(saver, 10))))
+        except CheckpointerError as exc:
+            outcomes.append(type(exc))
+    assert outcomes[0] == outcomes[1]
+
+
+def configs_id(saver: InMemorySaver, index: int) -> str:
+    return sorted(saver._threads["t"][""])[index]
+
+
+def test_codec_values_are_decoded_on_every_read() -> None:
+    """A codec may turn stored bytes into a plain dict, and may be registered again with
+    another decode: such values are never kept."""
+
+    class Point:
+        def __init__(self, x: int) -> None:
+            self.x = x
+
+    serde = MsgpackSerializer()
+    serde.register_codec("point", Point, lambda p: p.x, lambda x: {"x": x})
+    saver = InMemorySaver(serde=serde)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"p": Point(1)}
+    checkpoint["channel_versions"] = {"p": "1"}
+    config = saver.put(make_config("t"), checkpoint, {}, {"p": "1"})
+    assert _value(saver, config) == {"x": 1}
+    serde.register_codec("point", Point, lambda p: p.x, lambda x: {"y": x})
+    assert _value(saver, config) == {"y": 1}
+
+
+def _value(saver: InMemorySaver, config: dict[str, Any]) -> Any:
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    return tup.checkpoint["channel_values"]["p"]
+
+
+def test_size_stays_within_its_bound() -> None:
+    saver = InMemorySaver()
+    saver._decoded = DecodedValues(max_bytes=20_000)
+    configs = _chat(saver, 40)
+    for config in reversed(configs):
+        _messages(saver, config)
+    for config in configs:
+        _messages(saver, config)
+    assert 0 < saver._decoded.size <= 20_000
+    saver.delete_thread("t")
+    assert saver._decoded.size == 0 and len(saver._decoded) == 0
+
+
+def test_copier_shapes() -> None:
+    assert copier_for("a") is not None and copier_for(None) is not None
+    assert copier_for([{"a": 1}, {"b": [1]}]) is None  # nested: decoded every time
+    assert copier_for((1, 2)) is None
+    assert copier_for(bytearray(b"a")) is None
+    snapshot = DeltaSnapshot([{"a": 1}])
+    copier = copier_for(snapshot)
+    assert copier is not None
+    copy = copier(snapshot)
+    assert same(copy, snapshot) and not shares_mutable(copy, snapshot)
