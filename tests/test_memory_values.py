@@ -300,3 +300,56 @@ def test_copier_shapes() -> None:
     assert copier is not None
     copy = copier(snapshot)
     assert same(copy, snapshot) and not shares_mutable(copy, snapshot)
+
+
+def test_records_and_metadata_are_fresh_on_every_read() -> None:
+    """A checkpoint record (read by ormsgpack once known plain) and metadata (kept
+    decoded) changed by one caller never show in the next read, by id or by listing."""
+    saver = InMemorySaver()
+    configs = _chat(saver, 3)
+    for _ in range(2):
+        tup = saver.get_tuple(configs[-1])
+        assert tup is not None
+        assert tup.checkpoint["channel_versions"]["msgs"] == "3"
+        assert tup.metadata == {"step": 2}
+        tup.checkpoint["channel_versions"]["msgs"] = "changed"
+        tup.metadata["step"] = -1
+        listed = list(saver.list(None, filter={"step": 2}))
+        assert [t.metadata for t in listed] == [{"step": 2}]
+        listed[0].metadata["extra"] = 1
+    counters = {"step": 1, "counters_since_delta_snapshot": {"m": (1, 2)}, "parents": {}}
+    checkpoint = empty_checkpoint()
+    config = saver.put(make_config("u"), checkpoint, counters, {})
+    for _ in range(2):
+        tup = saver.get_tuple(config)
+        assert tup is not None
+        assert same(tup.metadata, dict(sorted(counters.items())))  # stored as sorted JSON
+        tup.metadata["parents"]["x"] = "y"
+
+
+def test_kept_reads_match_fresh_decodes_of_the_stored_bytes() -> None:
+    """Every kept kind (scalar, record, list, nested record read by ormsgpack, metadata)
+    reads back as the serializer decodes the stored bytes, with exact types."""
+    serde = MsgpackSerializer()
+    saver = InMemorySaver(serde=serde)
+    cases = {
+        "i": 2**63 + 1,
+        "f": -0.0,
+        "s": "\udc80 lone surrogate",
+        "b": b"\x00",
+        "r": {"a": 1, "b": (1, "x")},
+        "n": {"a": {"b": [1, {"c": None}]}},
+        "l": [[1], [2]],
+        "t": (1, 2),
+        "k": {1: "int key"},
+    }
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = dict(cases)
+    checkpoint["channel_versions"] = dict.fromkeys(cases, "1")
+    config = saver.put(make_config("t"), checkpoint, {}, dict.fromkeys(cases, "1"))
+    fast = serde.fast_loader()
+    want = {ch: fast(saver._blobs[("t", "", ch, "1")]) for ch in cases}
+    for _ in range(3):
+        tup = saver.get_tuple(config)
+        assert tup is not None
+        assert same(tup.checkpoint["channel_values"], want)

@@ -116,16 +116,17 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         return self.serde.dumps_typed(value)
 
     # ------------------------------------------------------------- reading
-    def _fast_loader(self) -> Callable[[Typed], Any] | None:
+    def _fast_loader(self) -> _ValueLoader | None:
         """The serializer's batch loader for one read operation; None when it binds values
-        to their location (each value is then read at its `ValueLocation`)."""
-        return batch_loader(self.serde)
+        to their location (each value is then read at its `ValueLocation`).
 
-    def _value_loader(self, fast: Callable[[Typed], Any]) -> _ValueLoader:
-        """`fast` through the decoded values kept by the saver (`memory_values`), with our
-        own msgpack serializer (any other may decode the same bytes differently over time);
-        `fast` itself otherwise. Called as `load(data)` or `load(data, (thread, ns,
-        channel))` for a stored channel value (caller holds the lock)."""
+        With our own msgpack serializer (any other may decode the same bytes differently
+        over time) it goes through the decoded values the saver keeps (`memory_values`).
+        Called as `load(data)`, or `load(data, (thread, ns, channel))` for a stored channel
+        value (caller holds the lock)."""
+        fast = batch_loader(self.serde)
+        if fast is None:
+            return None
         if type(self.serde) is MsgpackSerializer and self._decoded.max_bytes:
             return partial(self._decoded.load, fast)
         return partial(_unkept, fast)
@@ -191,7 +192,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 if stored is None:
                     continue
                 # Decoded once: the filter's copy is the one handed out.
-                metadata = stored_metadata(stored) if wanted else None
+                metadata = self._decoded.metadata(stored.metadata) if wanted else None
                 if metadata is not None and not metadata_matches(metadata, wanted):
                     continue
                 tup = self._load(thread_id, ns, checkpoint_id, stored, fast, metadata)
@@ -253,11 +254,10 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         decoded: builtins.list[tuple[dict[str, Any], builtins.list[PendingWrite]]] | None = None
         if fast is not None:
             load = self._write_values(visits, fast)
-            seed = self._value_loader(fast)
             try:
                 decoded = [
                     (
-                        {channel: seed(blob) for channel, _, blob in found},
+                        {channel: fast(blob) for channel, _, blob in found},
                         [(w.task_id, w.channel, load(w.value)) for w in writes],
                     )
                     for _, found, writes in visits
@@ -341,7 +341,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         ns: str,
         checkpoint_id: str,
         stored: StoredCheckpoint,
-        fast: Callable[[Typed], Any] | None,
+        fast: _ValueLoader | None,
         metadata: dict[str, Any] | None = None,
     ) -> CheckpointTuple:
         """The stored checkpoint as a tuple (caller holds the lock). `fast` (from
@@ -353,18 +353,19 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         try:
             checkpoint: Checkpoint = fast(stored.record)
             blobs = self._blobs
-            load = self._value_loader(fast)
             values: dict[str, Any] = {}
             for channel, version in stored.channel_versions.items():
                 blob = blobs.get((thread_id, ns, channel, str(version)))
                 if blob is not None:
-                    values[channel] = load(blob, (thread_id, ns, channel))
+                    values[channel] = fast(blob, (thread_id, ns, channel))
             pending: builtins.list[PendingWrite] = [
-                (w.task_id, w.channel, load(w.value)) for w in ordered_writes(stored.writes)
+                (w.task_id, w.channel, fast(w.value)) for w in ordered_writes(stored.writes)
             ]
         except Exception:
             return self._load_located(thread_id, ns, checkpoint_id, stored, metadata)
         checkpoint["channel_values"] = values
+        if metadata is None:
+            metadata = self._decoded.metadata(stored.metadata)
         return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending, metadata)
 
     def _load_located(

@@ -39,7 +39,8 @@ from typing import Any, Final
 import msgpack
 
 from checkpointer.channels.markers import DeltaSnapshot
-from checkpointer.serde.fast_path import _NOT_PLAIN, _load_plain
+from checkpointer.savers.base import loads_json, metadata_counters_as_pairs
+from checkpointer.serde.fast_path import _NOT_PLAIN, _is_one_object, _load_plain, _plain_unpackb
 from checkpointer.serde.value_cache import max_bytes_from_env
 from checkpointer.serde.value_types import EXT_CODEC, TAG_BYTES, TAG_MSGPACK, TAG_NULL
 
@@ -67,8 +68,17 @@ may return a plain dict or str, and codecs are registered per serializer and may
 values whose bytes hold one (or the same bytes inside a string) are never kept, so that
 what is kept reads alike under every `MsgpackSerializer`."""
 
+_PLAIN_MAX_BYTES: Final = 1024
+"""Larger values of other shapes are left to the serializer, which hands them to ormsgpack
+itself (`msgpack_serde._PLAIN_MIN_SIZE`)."""
+
 _ENTRY_COST: Final = 200
 """Bytes counted per entry besides its value (the entry tuple, its dict slot)."""
+
+
+def metadata_from_json(text: str) -> dict[str, Any]:
+    """Metadata decoded from its stored JSON, as the SQL savers decode theirs."""
+    return metadata_counters_as_pairs(loads_json(text))
 
 
 def _same(value: Any) -> Any:
@@ -83,9 +93,18 @@ def _scalars_only(values: Any) -> bool:
     return _SCALARS.issuperset(map(type, values))
 
 
+def _immutable(item: Any) -> bool:
+    """A scalar or a tuple of scalars."""
+    return type(item) in _SCALARS or (type(item) is tuple and _scalars_only(item))
+
+
 def _is_record(item: Any) -> bool:
-    """A dict whose keys and values are scalars (copied by one `dict.copy`)."""
-    return type(item) is dict and _scalars_only(item) and _scalars_only(item.values())
+    """A dict whose keys are scalars and values scalars or tuples of scalars (copied by
+    one `dict.copy`: a metadata's delta counters are pairs)."""
+    if type(item) is not dict or not _scalars_only(item):
+        return False
+    values = item.values()
+    return _scalars_only(values) or all(map(_immutable, values))
 
 
 def _list_copier(items: list[Any]) -> Copier | None:
@@ -97,6 +116,24 @@ def _list_copier(items: list[Any]) -> Copier | None:
     return _copy_records
 
 
+def _copy_fields(value: dict[Any, Any]) -> dict[Any, Any]:
+    return {k: v.copy() if type(v) in _CONTAINERS else v for k, v in value.items()}
+
+
+_CONTAINERS: Final = frozenset({dict, list})
+
+
+def _is_field(item: Any) -> bool:
+    """A scalar, a tuple of scalars, a list of scalars or a dict of scalars (`_copy_fields`
+    copies a dict of these with one `copy` per container)."""
+    kind = type(item)
+    if kind in _SCALARS:
+        return True
+    if kind is tuple or kind is list:
+        return _scalars_only(item)
+    return _is_record(item)
+
+
 def copier_for(value: Any) -> Copier | None:
     """How to make a fresh, equal copy of a decoded `value`, or None when no cheap exact
     copy exists (see the module doc)."""
@@ -106,7 +143,11 @@ def copier_for(value: Any) -> Copier | None:
     if kind is list:
         return _list_copier(value)
     if kind is dict:
-        return dict.copy if _is_record(value) else None
+        if _is_record(value):
+            return dict.copy
+        if _scalars_only(value) and all(map(_is_field, value.values())):
+            return _copy_fields
+        return None
     if kind is DeltaSnapshot:
         inner = copier_for(value.value)
         if inner is None:
@@ -172,8 +213,9 @@ class _Base:
         self.cost = len(raw) + 8 * len(ends) + _ENTRY_COST
 
 
-_Entry = tuple[Typed, Any, Copier, int]
-"""(stored pair, decoded value never handed out, its copier, cost in bytes)."""
+_Entry = tuple[object, Any, Copier, int]
+"""(stored pair or metadata text, decoded value never handed out, its copier, cost in
+bytes)."""
 
 
 class DecodedValues:
@@ -218,7 +260,26 @@ class DecodedValues:
                 return _copy_records(items)
         value = fast(data)
         copier = copier_for(value)
-        if copier is not None and data[0] in _PLAIN_TAGS and not _may_hold_codec(raw):
+        if copier is None:
+            # Small values of other shapes (a checkpoint record, nested data) that ormsgpack
+            # reads alike (`fast_path._load_plain`: no extension, one object): read by it
+            # from then on, fresh each time, instead of through the serializer's hooks.
+            if (
+                _plain_unpackb is not None
+                and len(raw) < _PLAIN_MAX_BYTES
+                and data[0] == TAG_MSGPACK
+                and type(raw) is bytes
+                and raw
+            ):
+                try:
+                    _plain_unpackb(raw)
+                    plain = _is_one_object(raw)
+                except Exception:
+                    plain = False
+                if plain:
+                    self._keep(data, raw, _plain_unpackb, _ENTRY_COST)
+            return value
+        if data[0] in _PLAIN_TAGS and not _may_hold_codec(raw):
             kept = copier(value)  # the caller's value is theirs; the cache keeps a copy
             self._keep(data, kept, copier, len(raw) + _ENTRY_COST)
             if (
@@ -235,7 +296,19 @@ class DecodedValues:
                         self._set_base(channel, _Base(raw, header[1], kept, ends))
         return value
 
-    def _keep(self, data: Typed, value: Any, copier: Copier, cost: int) -> None:
+    def metadata(self, text: str) -> dict[str, Any]:
+        """A checkpoint's metadata decoded from its stored JSON `text` (`stored_metadata`),
+        or a fresh copy of it from what was decoded before."""
+        entry = self._entries.get(id(text))
+        if entry is not None and entry[0] is text:
+            return entry[2](entry[1])
+        value = metadata_from_json(text)
+        copier = copier_for(value) if self.max_bytes else None
+        if copier is not None:
+            self._keep(text, copier(value), copier, len(text) + _ENTRY_COST)
+        return value
+
+    def _keep(self, data: object, value: Any, copier: Copier, cost: int) -> None:
         if cost > self.max_bytes // 2:
             return  # one value would push most others out
         entries = self._entries
