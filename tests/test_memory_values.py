@@ -113,6 +113,7 @@ def _put_all(
     config = make_config("t")
     for i, value in enumerate(history):
         checkpoint = empty_checkpoint()
+        checkpoint["id"], checkpoint["ts"] = f"cp-{i:04d}", "2026-01-01T00:00:00+00:00"
         checkpoint["channel_values"] = {"msgs": value, "n": i}
         checkpoint["channel_versions"] = {"msgs": str(i + 1), "n": str(i + 1)}
         config = saver.put(config, checkpoint, {"step": i}, {"msgs": str(i + 1), "n": str(i + 1)})
@@ -353,3 +354,83 @@ def test_kept_reads_match_fresh_decodes_of_the_stored_bytes() -> None:
         tup = saver.get_tuple(config)
         assert tup is not None
         assert same(tup.checkpoint["channel_values"], want)
+
+
+def _both() -> tuple[InMemorySaver, InMemorySaver]:
+    kept, plain = InMemorySaver(), InMemorySaver()
+    plain._decoded = DecodedValues(max_bytes=0)
+    return kept, plain
+
+
+def _snapshot(saver: InMemorySaver) -> list[Any]:
+    return [(t.checkpoint, t.metadata, t.pending_writes, t.parent_config) for t in saver.list(None)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.data())
+def test_whole_checkpoints_read_again_follow_every_change(history: list[Any], data: Any) -> None:
+    """Reads made again from a checkpoint's template (a second `list`) equal a saver's
+    that keeps nothing after any change in between: writes added or replaced, a value
+    stored for a channel that had none, a checkpoint put again with other values."""
+    kept, plain = _both()
+    ids = []
+    for saver in (kept, plain):
+        configs = _put_all(saver, _padded(history))
+        ids = [c["configurable"]["checkpoint_id"] for c in configs]
+        _snapshot(saver)  # the templates
+    change = data.draw(st.sampled_from(["write", "special", "channel", "drop", "swap", "reput"]))
+    at = data.draw(st.integers(0, len(ids) - 1))
+    config = make_config("t", "", ids[at])
+    for saver in (kept, plain):
+        if change == "write":
+            saver.put_writes(config, [("msgs", [{"new": 1}])], "other")
+        elif change == "special":
+            saver.put_writes(config, [("__error__", "boom")], "task")
+            saver.put_writes(config, [("__error__", "again")], "task")
+        elif change == "channel":  # a channel added to a stored checkpoint's versions
+            saver._blobs[("t", "", "absent", "1")] = saver.serde.dumps_typed({"a": [1]})
+            stored = saver._threads["t"][""][ids[at]]
+            stored.channel_versions["absent"] = "1"
+        elif change == "drop":  # as retention drops values no checkpoint needs
+            del saver._blobs[("t", "", "msgs", str(at + 1))]
+        elif change == "swap":  # as retention stores a snapshot where there was none
+            saver._blobs[("t", "", "msgs", str(at + 1))] = saver.serde.dumps_typed([{"b": 2}])
+        else:
+            checkpoint = empty_checkpoint()
+            checkpoint["id"], checkpoint["ts"] = ids[at], "2026-01-02T00:00:00+00:00"
+            checkpoint["channel_values"] = {"msgs": ["put again"]}
+            checkpoint["channel_versions"] = {"msgs": "99"}
+            parent = saver._threads["t"][""][ids[at]].parent_id
+            saver.put(make_config("t", "", parent), checkpoint, {"again": True}, {"msgs": "99"})
+    for _ in range(2):
+        assert same(_snapshot(kept), _snapshot(plain))
+
+
+def test_a_value_replaced_behind_the_saver_reads_as_stored() -> None:
+    """A stored pair swapped for other bytes after a read: the next read decodes them
+    (here: the error naming the damaged value), not the template of the earlier read."""
+    kept, plain = _both()
+    for saver in (kept, plain):
+        configs = _chat(saver, 5)
+        _snapshot(saver)
+        saver._blobs[("t", "", "n", "3")] = ("msgpack", b"\xc1")
+    outcomes = []
+    for saver in (kept, plain):
+        with pytest.raises(CheckpointerError) as err:
+            saver.get_tuple(configs[2])
+        outcomes.append(type(err.value))
+    assert outcomes[0] is outcomes[1]
+
+
+def test_a_write_or_version_changed_in_place_after_a_read_is_read_anew() -> None:
+    saver = InMemorySaver()
+    configs = _chat(saver, 4)
+    _snapshot(saver)
+    stored = saver._threads["t"][""]["cp-0002"]
+    write = next(w for w in stored.writes.values() if w.channel == "n")
+    write.value = saver.serde.dumps_typed(-1)
+    tup = saver.get_tuple(configs[2])
+    assert tup is not None and ("task", "n", -1) in tup.pending_writes
+    stored.channel_versions["n"] = "1"  # now points at the first checkpoint's value
+    tup = saver.get_tuple(configs[2])
+    assert tup is not None and tup.checkpoint["channel_values"]["n"] == 0

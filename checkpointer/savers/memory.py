@@ -350,6 +350,15 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         `metadata`: the stored metadata if the caller has already decoded it."""
         if fast is None:
             return self._load_located(thread_id, ns, checkpoint_id, stored, metadata)
+        kept = self._decoded
+        if type(self.serde) is MsgpackSerializer:  # see `_fast_loader`
+            parts = kept.from_template(stored, self._blobs)
+            if parts is not None:
+                if metadata is None:
+                    metadata = parts[2]
+                return self._tuple(
+                    thread_id, ns, checkpoint_id, stored, parts[0], parts[1], metadata
+                )
         try:
             checkpoint: Checkpoint = fast(stored.record)
             blobs = self._blobs
@@ -365,7 +374,9 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             return self._load_located(thread_id, ns, checkpoint_id, stored, metadata)
         checkpoint["channel_values"] = values
         if metadata is None:
-            metadata = self._decoded.metadata(stored.metadata)
+            metadata = kept.metadata(stored.metadata)
+        if type(self.serde) is MsgpackSerializer:
+            kept.remember(thread_id, ns, stored, self._blobs)
         return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending, metadata)
 
     def _load_located(
@@ -643,6 +654,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 for position, (channel, value) in enumerate(writes)
             ]
         with self._lock:
+            self._decoded.forget_templates()  # a checkpoint's writes change
             meta = self._meta.get(thread_id)
             if meta is None:
                 self._touch(thread_id)

@@ -33,16 +33,19 @@ policy), and every method expects the caller to hold the saver's lock.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any, Final
 
 import msgpack
 
 from checkpointer.channels.markers import DeltaSnapshot
 from checkpointer.savers.base import loads_json, metadata_counters_as_pairs
+from checkpointer.savers.memory_store import BlobKey, StoredCheckpoint, ordered_writes
 from checkpointer.serde.fast_path import _NOT_PLAIN, _is_one_object, _load_plain, _plain_unpackb
 from checkpointer.serde.value_cache import max_bytes_from_env
 from checkpointer.serde.value_types import EXT_CODEC, TAG_BYTES, TAG_MSGPACK, TAG_NULL
+from checkpointer.types import PendingWrite
 
 Typed = tuple[str, bytes]
 Copier = Callable[[Any], Any]
@@ -213,6 +216,71 @@ class _Base:
         self.cost = len(raw) + 8 * len(ends) + _ENTRY_COST
 
 
+class _Template:
+    """How to make a stored checkpoint's tuple parts from kept values alone (a `list` of
+    a thread reads each checkpoint again): its record and metadata (copier, kept form), the
+    pairs stored at its channels' blob keys (None where there is none), its channel values
+    and pending writes with the immutable ones made once (scalars, and writes of them:
+    tuples, shared safely) and the others copied per read.
+
+    Valid while the checkpoint, its record and metadata are the same objects, its channel
+    versions are the same, its blob keys and writes hold equal pairs (equal bytes decode
+    alike; blob keys that had none still none), and no `put_writes` came since
+    (`forget_templates`: a replaced write may move in the order)."""
+
+    __slots__ = (
+        "copied_values",
+        "copied_writes",
+        "cost",
+        "keys",
+        "metadata",
+        "metadata_text",
+        "pairs",
+        "pending",
+        "record",
+        "record_data",
+        "stored",
+        "values",
+        "versions",
+        "write_pairs",
+    )
+
+    def __init__(
+        self,
+        stored: StoredCheckpoint,
+        record: tuple[Copier, Any],
+        metadata: tuple[Copier, Any],
+        values: list[tuple[str, BlobKey, Typed | None, Copier | None, Any]],
+        writes: list[tuple[str, str, Copier, Any]],
+    ) -> None:
+        self.stored = stored
+        self.record_data = stored.record
+        self.metadata_text = stored.metadata
+        self.record = record
+        self.metadata = metadata
+        self.versions = list(stored.channel_versions.items())
+        self.write_pairs = list(map(_WRITE_VALUE, stored.writes.values()))
+        self.keys = [key for _, key, _, _, _ in values]
+        self.pairs = [data for _, _, data, _, _ in values]
+        # Channel values in stored order; a mutable one is a placeholder replaced per read
+        # (which keeps its place in the dict).
+        self.values = {ch: kept for ch, _, data, _, kept in values if data is not None}
+        self.copied_values: list[tuple[str, Copier, Any]] = [
+            (ch, copier, kept)
+            for ch, _, data, copier, kept in values
+            if data is not None and copier is not None and copier is not _same
+        ]
+        self.pending = [(task, ch, kept) for task, ch, _, kept in writes]
+        self.copied_writes = [
+            (i, task, ch, copier, kept)
+            for i, (task, ch, copier, kept) in enumerate(writes)
+            if copier is not _same
+        ]
+        self.cost = _ENTRY_COST + 64 * (len(values) + len(writes))
+
+
+_WRITE_VALUE: Final = attrgetter("value")
+
 _Entry = tuple[object, Any, Copier, int]
 """(stored pair or metadata text, decoded value never handed out, its copier, cost in
 bytes)."""
@@ -224,6 +292,7 @@ class DecodedValues:
     def __init__(self, max_bytes: int | None = None) -> None:
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._bases: OrderedDict[ChannelKey, _Base] = OrderedDict()
+        self._templates: OrderedDict[int, _Template] = OrderedDict()
         self._size = 0
         self.max_bytes = max_bytes_from_env() if max_bytes is None else max_bytes
 
@@ -240,6 +309,7 @@ class DecodedValues:
         """Forget everything (the saver deleted values: their pairs need not stay alive)."""
         self._entries.clear()
         self._bases.clear()
+        self._templates.clear()
         self._size = 0
 
     def load(
@@ -330,12 +400,87 @@ class DecodedValues:
         self._evict()
 
     def _evict(self) -> None:
-        """Oldest entries first, then oldest bases, until within `max_bytes`."""
-        entries, bases = self._entries, self._bases
+        """Oldest templates first, then entries, then bases, until within `max_bytes`."""
+        templates, entries, bases = self._templates, self._entries, self._bases
+        while self._size > self.max_bytes and templates:
+            self._size -= templates.popitem(last=False)[1].cost
         while self._size > self.max_bytes and entries:
             self._size -= entries.popitem(last=False)[1][3]
         while self._size > self.max_bytes and bases:
             self._size -= bases.popitem(last=False)[1].cost
+
+    # ------------------------------------------------------------- whole tuples
+    def _kept(self, data: object) -> tuple[Copier, Any] | None:
+        entry = self._entries.get(id(data))
+        if entry is None or entry[0] is not data:
+            return None
+        return entry[2], entry[1]
+
+    def remember(
+        self, thread_id: str, ns: str, stored: StoredCheckpoint, blobs: Mapping[BlobKey, Typed]
+    ) -> None:
+        """Make `stored`'s template if every part of it was kept by this read."""
+        if not self.max_bytes:
+            return
+        record, metadata = self._kept(stored.record), self._kept(stored.metadata)
+        if record is None or metadata is None:
+            return
+        values: list[tuple[str, BlobKey, Typed | None, Copier | None, Any]] = []
+        for channel, version in stored.channel_versions.items():
+            key = (thread_id, ns, channel, str(version))
+            data = blobs.get(key)
+            kept = self._kept(data) if data is not None else (None, None)
+            if kept is None:
+                return
+            values.append((channel, key, data, *kept))
+        writes = []
+        for write in ordered_writes(stored.writes):
+            kept = self._kept(write.value)
+            if kept is None:
+                return
+            writes.append((write.task_id, write.channel, *kept))
+        template = _Template(stored, record, metadata, values, writes)
+        old = self._templates.pop(id(stored), None)
+        if old is not None:
+            self._size -= old.cost
+        self._templates[id(stored)] = template
+        self._size += template.cost
+        self._evict()
+
+    def from_template(
+        self, stored: StoredCheckpoint, blobs: Mapping[BlobKey, Typed]
+    ) -> tuple[Any, list[PendingWrite], dict[str, Any]] | None:
+        """Fresh (checkpoint with its channel values, pending writes, metadata) of `stored`
+        from its template, or None when it has none or it no longer holds."""
+        template = self._templates.get(id(stored))
+        if (
+            template is None
+            or template.stored is not stored
+            or template.record_data is not stored.record
+            or template.metadata_text is not stored.metadata
+            or list(stored.channel_versions.items()) != template.versions
+            or list(map(_WRITE_VALUE, stored.writes.values())) != template.write_pairs
+        ):
+            return None
+        if list(map(blobs.get, template.keys)) != template.pairs:
+            return None
+        values = template.values.copy()
+        for channel, copier, kept in template.copied_values:
+            values[channel] = copier(kept)
+        pending = template.pending.copy()
+        for i, task, channel, copier, kept in template.copied_writes:
+            pending[i] = (task, channel, copier(kept))
+        copy_record, record = template.record
+        checkpoint = copy_record(record)
+        checkpoint["channel_values"] = values
+        copy_metadata, metadata = template.metadata
+        return checkpoint, pending, copy_metadata(metadata)
+
+    def forget_templates(self) -> None:
+        """Pending writes changed (or may have): no template holds any more."""
+        templates = self._templates
+        while templates:
+            self._size -= templates.popitem()[1].cost
 
     def _from_base(self, channel: ChannelKey, raw: bytes) -> list[Any] | None:
         """The items of the list stored as `raw`, from the channel's base (module doc), as
