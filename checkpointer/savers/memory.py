@@ -2,7 +2,8 @@
 
 Values are stored serialized, as a database would hold them, so a caller mutating a value
 after `put` cannot change what was saved, and a type the serializer cannot round-trip fails
-here as it would in production.
+here as it would in production. Reads hand out fresh objects: decoded for the call, or
+copied from values decoded before when that is cheap and exact (`memory_values`).
 """
 
 from __future__ import annotations
@@ -84,9 +85,10 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
     """Every value and checkpoint record is stored and read with its `ValueLocation`
     (metadata is JSON text, as in the SQL savers: filterable, never encrypted)."""
     returns_own_tuples = True
-    """Every tuple `get_tuple` and `list` return is decoded for that call from the stored
-    bytes and text: nothing in it is shared with the saver or another caller (the
-    LangGraph adapter then converts in place)."""
+    """Every tuple `get_tuple` and `list` return is made for that call, decoded from the
+    stored bytes and text or copied from what was decoded before (`memory_values`):
+    nothing mutable in it is shared with the saver or another caller (the LangGraph
+    adapter then converts in place)."""
 
     def __init__(self, *, serde: Serializer | None = None) -> None:
         super().__init__(serde=serde)

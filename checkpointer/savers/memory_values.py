@@ -8,9 +8,17 @@ object with the saver or another caller) and costs less than decoding again.
 
 Only values whose fresh copy is cheap and exact are kept (`copier_for`): immutable scalars
 (handed out as they are), a dict or list of scalars (one C copy), a list of such dicts (a
-chat history: one C copy per message, 5x faster than ormsgpack decodes it), and a
-`DeltaSnapshot` of those. Anything else (class instances, tuples, sets, nested
-containers, checkpoint records) is decoded on every read, as before.
+chat history: one C copy per message, 5x faster than ormsgpack decodes it), a dict of
+those (metadata), and a `DeltaSnapshot` of those. Small values of other shapes that
+ormsgpack reads exactly as the serializer does (no extension in them, one object: checked
+once per pair) are read by ormsgpack from then on (a checkpoint record: a quarter of the
+serializer's cost with its hooks). Anything else (class instances, tuples, sets, values
+of codecs, compressed or sealed bytes) is decoded on every read, as before. Metadata is
+kept by the identity of its stored JSON text, decoded as `stored_metadata` does.
+
+A checkpoint read entirely from kept values gets a `_Template`, so that reading it again
+(`list` of a thread) makes its tuple parts without looking each value up; each read checks
+the template still holds (see the class).
 
 Lists grow by appending (LangGraph's `add_messages`, `operator.add`): each version of a
 channel stores the previous one's items plus a few. Per (thread, namespace, channel) the
