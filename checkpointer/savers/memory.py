@@ -2,7 +2,8 @@
 
 Values are stored serialized, as a database would hold them, so a caller mutating a value
 after `put` cannot change what was saved, and a type the serializer cannot round-trip fails
-here as it would in production.
+here as it would in production. Reads hand out fresh objects: decoded for the call, or
+copied from values decoded before when that is cheap and exact (`memory_values`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from checkpointer.savers.memory_store import (
     stored_metadata,
     write_location,
 )
+from checkpointer.savers.memory_values import DecodedValues
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import (
     ValueLocation,
@@ -53,6 +55,7 @@ from checkpointer.serde.located import (
     plain_batch_loader,
     value_reader,
 )
+from checkpointer.serde.msgpack_serde import MsgpackSerializer
 from checkpointer.serde.value_types import TAG_MSGPACK
 from checkpointer.types import (
     MAX_ID_BYTES,
@@ -82,9 +85,10 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
     """Every value and checkpoint record is stored and read with its `ValueLocation`
     (metadata is JSON text, as in the SQL savers: filterable, never encrypted)."""
     returns_own_tuples = True
-    """Every tuple `get_tuple` and `list` return is decoded for that call from the stored
-    bytes and text: nothing in it is shared with the saver or another caller (the
-    LangGraph adapter then converts in place)."""
+    """Every tuple `get_tuple` and `list` return is made for that call, decoded from the
+    stored bytes and text or copied from what was decoded before (`memory_values`):
+    nothing mutable in it is shared with the saver or another caller (the LangGraph
+    adapter then converts in place)."""
 
     def __init__(self, *, serde: Serializer | None = None) -> None:
         super().__init__(serde=serde)
@@ -94,6 +98,8 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         # Writes may arrive before their checkpoint (no foreign key, as in SQL).
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], StoredWrite]] = {}
         self._meta: dict[str, ThreadMeta] = {}
+        # Values decoded before, handed out as fresh copies (see `memory_values`).
+        self._decoded = DecodedValues()
 
     def _touch(self, thread_id: str) -> None:
         """Record a write to the thread (its summary's `updated_at`); caller holds the lock."""
@@ -112,10 +118,20 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         return self.serde.dumps_typed(value)
 
     # ------------------------------------------------------------- reading
-    def _fast_loader(self) -> Callable[[Typed], Any] | None:
+    def _fast_loader(self) -> _ValueLoader | None:
         """The serializer's batch loader for one read operation; None when it binds values
-        to their location (each value is then read at its `ValueLocation`)."""
-        return batch_loader(self.serde)
+        to their location (each value is then read at its `ValueLocation`).
+
+        With our own msgpack serializer (any other may decode the same bytes differently
+        over time) it goes through the decoded values the saver keeps (`memory_values`).
+        Called as `load(data)`, or `load(data, (thread, ns, channel))` for a stored channel
+        value (caller holds the lock)."""
+        fast = batch_loader(self.serde)
+        if fast is None:
+            return None
+        if type(self.serde) is MsgpackSerializer and self._decoded.max_bytes:
+            return partial(self._decoded.load, fast)
+        return partial(_unkept, fast)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = config_address(config)
@@ -178,7 +194,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 if stored is None:
                     continue
                 # Decoded once: the filter's copy is the one handed out.
-                metadata = stored_metadata(stored) if wanted else None
+                metadata = self._decoded.metadata(stored.metadata) if wanted else None
                 if metadata is not None and not metadata_matches(metadata, wanted):
                     continue
                 tup = self._load(thread_id, ns, checkpoint_id, stored, fast, metadata)
@@ -327,7 +343,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         ns: str,
         checkpoint_id: str,
         stored: StoredCheckpoint,
-        fast: Callable[[Typed], Any] | None,
+        fast: _ValueLoader | None,
         metadata: dict[str, Any] | None = None,
     ) -> CheckpointTuple:
         """The stored checkpoint as a tuple (caller holds the lock). `fast` (from
@@ -336,6 +352,15 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         `metadata`: the stored metadata if the caller has already decoded it."""
         if fast is None:
             return self._load_located(thread_id, ns, checkpoint_id, stored, metadata)
+        kept = self._decoded
+        if type(self.serde) is MsgpackSerializer:  # see `_fast_loader`
+            parts = kept.from_template(stored, self._blobs)
+            if parts is not None:
+                if metadata is None:
+                    metadata = parts[2]
+                return self._tuple(
+                    thread_id, ns, checkpoint_id, stored, parts[0], parts[1], metadata
+                )
         try:
             checkpoint: Checkpoint = fast(stored.record)
             blobs = self._blobs
@@ -343,13 +368,17 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             for channel, version in stored.channel_versions.items():
                 blob = blobs.get((thread_id, ns, channel, str(version)))
                 if blob is not None:
-                    values[channel] = fast(blob)
+                    values[channel] = fast(blob, (thread_id, ns, channel))
             pending: builtins.list[PendingWrite] = [
                 (w.task_id, w.channel, fast(w.value)) for w in ordered_writes(stored.writes)
             ]
         except Exception:
             return self._load_located(thread_id, ns, checkpoint_id, stored, metadata)
         checkpoint["channel_values"] = values
+        if metadata is None:
+            metadata = kept.metadata(stored.metadata)
+        if type(self.serde) is MsgpackSerializer:
+            kept.remember(thread_id, ns, stored, self._blobs)
         return self._tuple(thread_id, ns, checkpoint_id, stored, checkpoint, pending, metadata)
 
     def _load_located(
@@ -627,6 +656,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 for position, (channel, value) in enumerate(writes)
             ]
         with self._lock:
+            self._decoded.forget_templates()  # a checkpoint's writes change
             meta = self._meta.get(thread_id)
             if meta is None:
                 self._touch(thread_id)
@@ -642,6 +672,13 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 key = (row.task_id, row.idx)
                 if replace or key not in target:
                     target[key] = row
+
+
+_ValueLoader = Callable[..., Any]
+
+
+def _unkept(fast: Callable[[Typed], Any], data: Typed, channel: object = None) -> Any:
+    return fast(data)
 
 
 def _in_batch(data: Typed) -> bool:

@@ -48,6 +48,7 @@ from checkpointer.savers.memory_store import (
     Typed,
     write_location,
 )
+from checkpointer.savers.memory_values import DecodedValues
 from checkpointer.savers.retention import (
     NamespaceShape,
     NodeShape,
@@ -84,6 +85,7 @@ class MemoryLifecycle:
     _blobs: dict[BlobKey, Typed]
     _orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], StoredWrite]]
     _meta: dict[str, ThreadMeta]
+    _decoded: DecodedValues
 
     if TYPE_CHECKING:
 
@@ -101,6 +103,7 @@ class MemoryLifecycle:
         with self._lock:
             self._threads.pop(thread_id, None)
             self._meta.pop(thread_id, None)
+            self._decoded.clear()  # lets the deleted values go (kept ones hold them)
             self._blobs = {k: v for k, v in self._blobs.items() if k[0] != thread_id}
             self._orphan_writes = {
                 k: v for k, v in self._orphan_writes.items() if k[0] != thread_id
@@ -254,6 +257,7 @@ class MemoryLifecycle:
                 unmaterializable.setdefault(ns, set()).add((cid, channel))
         plan.outcome.bytes_added = sum(len(blob[1]) for blob in blobs.values())
         if not dry_run:
+            self._decoded.clear()
             self._blobs.update(blobs)
             for ns, doomed in plan.delete.items():
                 namespace = self._threads[thread_id][ns]
@@ -463,6 +467,7 @@ class MemoryLifecycle:
             for channel, version in stored.channel_versions.items()
         }
         self._blobs = {k: v for k, v in self._blobs.items() if k in referenced}
+        self._decoded.clear()
 
 
 def _unique(thread_ids: Sequence[str]) -> list[str]:
