@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from checkpointer.channels.markers import DeltaSnapshot
 from checkpointer.errors import CheckpointerError
 from checkpointer.savers.memory import InMemorySaver
-from checkpointer.savers.memory_values import DecodedValues, copier_for
+from checkpointer.savers.memory_values import DecodedValues
+from checkpointer.serde.fresh_copy import copier_for
 from checkpointer.serde.msgpack_serde import MsgpackSerializer
 from checkpointer.types import empty_checkpoint, make_config
 

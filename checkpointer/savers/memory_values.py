@@ -47,22 +47,20 @@ from typing import Any, Final
 
 import msgpack
 
-from checkpointer.channels.markers import DeltaSnapshot
 from checkpointer.savers.base import loads_json, metadata_counters_as_pairs
 from checkpointer.savers.memory_store import BlobKey, StoredCheckpoint, ordered_writes
 from checkpointer.serde.fast_path import _NOT_PLAIN, _is_one_object, _load_plain, _plain_unpackb
+from checkpointer.serde.fresh_copy import Copier, copier_for
+from checkpointer.serde.fresh_copy import copy_records as _copy_records
+from checkpointer.serde.fresh_copy import is_record as _is_record
+from checkpointer.serde.fresh_copy import same as _same
 from checkpointer.serde.value_cache import max_bytes_from_env
 from checkpointer.serde.value_types import EXT_CODEC, TAG_BYTES, TAG_MSGPACK, TAG_NULL
 from checkpointer.types import PendingWrite
 
 Typed = tuple[str, bytes]
-Copier = Callable[[Any], Any]
 ChannelKey = tuple[str, str, str]
 """(thread, namespace, channel): where a base list is kept."""
-
-_SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes})
-"""Immutable types whose values a copy may share (a decoded value holds only these exact
-types; subclasses decode as themselves and are never kept)."""
 
 _MIN_BASE_BYTES: Final = 4096
 """Smaller lists are decoded again rather than kept as a base: comparing and bookkeeping
@@ -90,81 +88,6 @@ _ENTRY_COST: Final = 200
 def metadata_from_json(text: str) -> dict[str, Any]:
     """Metadata decoded from its stored JSON, as the SQL savers decode theirs."""
     return metadata_counters_as_pairs(loads_json(text))
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _copy_records(value: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
-    return list(map(dict.copy, value))
-
-
-def _scalars_only(values: Any) -> bool:
-    return _SCALARS.issuperset(map(type, values))
-
-
-def _immutable(item: Any) -> bool:
-    """A scalar or a tuple of scalars."""
-    return type(item) in _SCALARS or (type(item) is tuple and _scalars_only(item))
-
-
-def _is_record(item: Any) -> bool:
-    """A dict whose keys are scalars and values scalars or tuples of scalars (copied by
-    one `dict.copy`: a metadata's delta counters are pairs)."""
-    if type(item) is not dict or not _scalars_only(item):
-        return False
-    values = item.values()
-    return _scalars_only(values) or all(map(_immutable, values))
-
-
-def _list_copier(items: list[Any]) -> Copier | None:
-    if _scalars_only(items):
-        return list.copy
-    for item in items:
-        if not _is_record(item):
-            return None
-    return _copy_records
-
-
-def _copy_fields(value: dict[Any, Any]) -> dict[Any, Any]:
-    return {k: v.copy() if type(v) in _CONTAINERS else v for k, v in value.items()}
-
-
-_CONTAINERS: Final = frozenset({dict, list})
-
-
-def _is_field(item: Any) -> bool:
-    """A scalar, a tuple of scalars, a list of scalars or a dict of scalars (`_copy_fields`
-    copies a dict of these with one `copy` per container)."""
-    kind = type(item)
-    if kind in _SCALARS:
-        return True
-    if kind is tuple or kind is list:
-        return _scalars_only(item)
-    return _is_record(item)
-
-
-def copier_for(value: Any) -> Copier | None:
-    """How to make a fresh, equal copy of a decoded `value`, or None when no cheap exact
-    copy exists (see the module doc)."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return _same
-    if kind is list:
-        return _list_copier(value)
-    if kind is dict:
-        if _is_record(value):
-            return dict.copy
-        if _scalars_only(value) and all(map(_is_field, value.values())):
-            return _copy_fields
-        return None
-    if kind is DeltaSnapshot:
-        inner = copier_for(value.value)
-        if inner is None:
-            return None
-        return lambda snapshot: DeltaSnapshot(inner(snapshot.value))
-    return None
 
 
 def _may_hold_codec(raw: bytes) -> bool:

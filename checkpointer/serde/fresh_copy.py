@@ -9,10 +9,11 @@ decoding the same list.
 
 `copier_for(value)` says how to copy a decoded value, or None when no cheap and exact copy
 exists: immutable scalars are handed out as they are; a dict or list holding only scalars is
-copied by one C call; a list of such dicts by one call per dict; a `DeltaSnapshot` of any of
-these by copying what it wraps. Only exact types count (a subclass may carry state a shallow
-copy would share), and anything nested deeper (a dict holding a list, a tuple holding a
-list) is refused: a shallow copy would share the inner container.
+copied by one C call (tuples of scalars count as scalars: a metadata's delta counters are
+pairs); a list of such dicts by one call per dict; a dict of scalars, lists and flat dicts
+(metadata) by one call per container; a `DeltaSnapshot` of any of these by copying what it
+wraps. Only exact types count (a subclass may carry state a shallow copy would share), and
+anything nested deeper is refused: a shallow copy would share the inner container.
 """
 
 from __future__ import annotations
@@ -27,31 +28,59 @@ Copier = Callable[[Any], Any]
 SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes})
 """Immutable types a copy may share with the original (exact types only)."""
 
+_CONTAINERS: Final = frozenset({dict, list})
 
-def _same(value: Any) -> Any:
+
+def same(value: Any) -> Any:
+    """The copier of an immutable value: the value itself."""
     return value
 
 
-def _copy_records(value: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
+def copy_records(value: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
+    """A fresh copy of a list of flat dicts (`is_record`): one `dict.copy` each."""
     return list(map(dict.copy, value))
 
 
-def _scalars_only(values: Any) -> bool:
+def scalars_only(values: Any) -> bool:
     return SCALARS.issuperset(map(type, values))
 
 
-def _is_record(item: Any) -> bool:
-    """A dict whose keys and values are all scalars: one `dict.copy` makes it fresh."""
-    return type(item) is dict and _scalars_only(item) and _scalars_only(item.values())
+def _immutable(item: Any) -> bool:
+    """A scalar or a tuple of scalars."""
+    return type(item) in SCALARS or (type(item) is tuple and scalars_only(item))
+
+
+def is_record(item: Any) -> bool:
+    """A dict whose keys are scalars and values scalars or tuples of scalars: one
+    `dict.copy` makes it fresh."""
+    if type(item) is not dict or not scalars_only(item):
+        return False
+    values = item.values()
+    return scalars_only(values) or all(map(_immutable, values))
 
 
 def _list_copier(items: list[Any]) -> Copier | None:
-    if _scalars_only(items):
+    if scalars_only(items):
         return list.copy
     for item in items:
-        if not _is_record(item):
+        if not is_record(item):
             return None
-    return _copy_records
+    return copy_records
+
+
+def _copy_fields(value: dict[Any, Any]) -> dict[Any, Any]:
+    return {k: v.copy() if type(v) in _CONTAINERS else v for k, v in value.items()}
+
+
+def _is_field(item: Any) -> bool:
+    """A scalar, a tuple or list of scalars, or a flat dict (`_copy_fields` copies a dict
+    of these with one `copy` per container)."""
+    kind = type(item)
+    if kind in SCALARS:
+        return True
+    if kind is tuple or kind is list:
+        return scalars_only(item)
+    return is_record(item)
 
 
 def _snapshot_copier(inner: Copier) -> Copier:
@@ -66,18 +95,16 @@ def copier_for(value: Any) -> Copier | None:
     no such copy (the value must be decoded again instead). See the module doc."""
     kind = type(value)
     if kind in SCALARS:
-        return _same
+        return same
     if kind is list:
         return _list_copier(value)
     if kind is dict:
-        return dict.copy if _is_record(value) else None
+        if is_record(value):
+            return dict.copy
+        if scalars_only(value) and all(map(_is_field, value.values())):
+            return _copy_fields
+        return None
     if kind is DeltaSnapshot:
         inner = copier_for(value.value)
         return None if inner is None else _snapshot_copier(inner)
     return None
-
-
-def copy_records(value: list[dict[Any, Any]]) -> list[dict[Any, Any]]:
-    """A fresh copy of a list of flat dicts (see `copier_for`), for callers that already
-    know the shape."""
-    return _copy_records(value)
