@@ -141,6 +141,28 @@ def test_sqlite_runs_answer_as_the_memory_walk(
         assert histories(sqlite, configs) == want
 
 
+@SETTINGS
+@given(steps=trees())
+def test_sqlite_runs_answer_as_the_memory_walk_whatever_order_rows_come_in(
+    monkeypatch: pytest.MonkeyPatch, steps: list[Any]
+) -> None:
+    """The SQLite statement leaves its rows unordered (`delta_runs.sorts_in_python`):
+    with SQLite returning unordered rows in reverse (`reverse_unordered_selects`), and
+    in the order it happens to use, the writes still come oldest first, per checkpoint in
+    (task_path, task_id, idx) order (several tasks, several writes each)."""
+    ids = [new_checkpoint_id() for _ in steps]
+    want = histories(memory := InMemorySaver(), drive(memory, steps, "t", ids))
+    for reverse in (True, False):
+        conn = sqlite3.connect(":memory:", check_same_thread=False)
+        conn.execute(f"PRAGMA reverse_unordered_selects = {int(reverse)}")
+        with SqliteSaver(conn) as sqlite:
+            sqlite.setup()
+            configs = drive(sqlite, steps, "t", ids)
+            with walks_counted(monkeypatch) as walks:
+                assert histories(sqlite, configs) == want
+            assert walks == [0]
+
+
 @pytest.fixture(scope="module")
 def pg_saver() -> Iterator[Any]:
     from checkpointer.savers.postgres import PostgresSaver

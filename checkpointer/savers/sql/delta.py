@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import partial
+from operator import itemgetter
 
 from checkpointer.errors import CorruptValueError
 from checkpointer.savers.base import history_loop
-from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK, delta_runs_sql
+from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK, delta_runs_sql, sorts_in_python
 from checkpointer.savers.sql.delta_sql import (
     MAX_CHANNELS_PER_QUERY,
     WALK_BOUND_REACHED,
@@ -93,6 +94,37 @@ def delta_runs_stmt(d: Dialect, config: RunnableConfig, channels: Sequence[str])
     n, latest = len(channels), checkpoint_id is None
     sql = d.sql(("delta_runs", n, latest), lambda: delta_runs_sql(d, n, latest))
     return Stmt(sql, params, fetch=True)
+
+
+_DEPTH = itemgetter(1)
+_KIND_CHANNEL_DEPTH = itemgetter(0, 2, 1)
+
+
+def _row_order(row: Row) -> tuple[object, ...]:
+    """The statements' ORDER BY 1, 2 DESC, 4, 5, 6 for seeds and writes (SQLite's binary
+    collation is Python's order of str): seeds first, writes oldest first, per checkpoint
+    by (task_path, task_id, idx). Seeds have no task columns; their order is free."""
+    if row[0] != 1:
+        return (row[0], -row[1], "", "", 0)
+    return (1, -row[1], row[3], row[4], row[5])
+
+
+def order_runs_rows(d: Dialect, rows: Sequence[Row]) -> list[Row]:
+    """The rows of `delta_runs_stmt` in the order `decode_delta_history` reads them,
+    where the statement left them unordered (`sorts_in_python`).
+
+    Only the order of one channel's writes matters (seeds are read by channel). One
+    stable sort by depth, oldest first, orders them unless two rows of one kind and
+    channel share a depth (several writes of a channel pending on one checkpoint, or a
+    seed beside a write): then the full order, as the statement's ORDER BY had it."""
+    rows = rows if type(rows) is list else list(rows)
+    if not rows or rows[0][0] == RUNS_FALLBACK or not sorts_in_python(d):
+        return rows
+    rows.sort(key=_DEPTH, reverse=True)  # stable: equal depths keep their order
+    count = len(rows)
+    if len(set(map(_DEPTH, rows))) != count and len(set(map(_KIND_CHANNEL_DEPTH, rows))) != count:
+        rows.sort(key=_row_order)
+    return rows
 
 
 def parent_pointers_stmt(d: Dialect, thread_id: str, ns: str) -> Stmt:
@@ -249,7 +281,7 @@ def delta_walk_plan(
     if not records:
         rows = yield delta_runs_stmt(d, config, chunk)
         if not rows or rows[0][0] != RUNS_FALLBACK:
-            return rows
+            return order_runs_rows(d, rows)
     rows = yield delta_history_stmt(d, config, chunk, records=records)
     if rows and rows[0][0] == WALK_BOUND_REACHED:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)

@@ -54,6 +54,7 @@ from checkpointer.savers.sql.delta import (
     delta_history_chunks,
     delta_history_stmt,
     delta_runs_stmt,
+    order_runs_rows,
     parent_pointers_stmt,
 )
 from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK
@@ -377,6 +378,8 @@ class _SqlPrograms:
                 )
                 if rows and rows[0][0] == RUNS_FALLBACK:
                     rows = None
+                else:
+                    rows = order_runs_rows(self._dialect, rows)
             if rows is None:
                 stmt = partial(delta_history_stmt, config=config, channels=chunk, records=records)
                 rows = yield from self._p_read(stmt)
