@@ -205,7 +205,7 @@ def decode_checkpoint(
         if not values:
             values.update(inline)  # type: ignore[arg-type]
         elif inline:  # value rows first, as they came
-            values.update({ch: v for ch, v in inline.items() if ch not in values})  # type: ignore[union-attr]
+            values.update({ch: v for ch, v in inline.items() if ch not in values})
     versions = fields.setdefault("channel_versions", {})
     if not _is_versions(versions):
         raise CorruptValueError("checkpoint record channel_versions is malformed", **where)
