@@ -45,7 +45,8 @@ INLINE_STORED_MAX = 4 * INLINE_TEXT_MAX + 3
 """The most bytes the stored form of an inline value takes (64 four-byte characters and
 a msgpack header)."""
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
-_SCALARS = frozenset((type(None), bool, int, str))
+SCALAR_TYPES = frozenset((type(None), bool, int, str))
+"""The exact types of inline values."""
 
 Inline = dict[str, Any]
 Versions = Mapping[str, Any]
@@ -141,7 +142,7 @@ def read_inline(
     inline = fields.get(RECORD_KEY)
     if inline is None:
         return None
-    if type(inline) is not dict or not _SCALARS.issuperset(map(type, inline.values())):
+    if type(inline) is not dict or not SCALAR_TYPES.issuperset(map(type, inline.values())):
         raise CorruptValueError("checkpoint record channel_values is malformed", **where)
     if load is None:
         return inline

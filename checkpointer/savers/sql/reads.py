@@ -36,7 +36,6 @@ from checkpointer.types import (
     checkpoint_id_of,
     checkpoint_ns_of,
     config_address,
-    make_config,
     thread_id_of,
 )
 
@@ -240,12 +239,23 @@ def list_page_stmt(
             count = _greatest("coalesce(sum(a.checkpoint_count), 0)", "1")
             everyone = f"(SELECT coalesce(sum(a.bytes), 0) / {count} FROM {d.threads} a)"
             limit = _greatest("1", _least(f"({page_bytes} / {_greatest(everyone, '1')})", limit))
-        key = "" if d.row_key is None else f", {d.row_key} AS row_key"
-        page = f"SELECT {_TUPLE_COLUMNS}{key}, {limit} AS page_limit FROM {d.checkpoints}"
-        if where:
-            page += " WHERE " + " AND ".join(where)
-        page += " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC "
-        page += f"LIMIT {limit}"
+        order = (
+            (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC "
+            + f"LIMIT {limit}"
+        )
+        if d.row_key is None:
+            page = f"SELECT {_TUPLE_COLUMNS}, {limit} AS page_limit FROM {d.checkpoints}{order}"
+        else:
+            # The page's keys sorted alone (from the primary key's index), then its rows
+            # fetched by key: sorting whole rows (a listing across namespaces cannot read
+            # them in index order) carried every record through the sorter, a tenth of a
+            # 1,000-checkpoint page's statement. `decode_tuples` orders the rows.
+            page = (
+                f"SELECT {_TUPLE_COLUMNS}, {d.row_key} AS row_key, {limit} AS page_limit "
+                f"FROM {d.checkpoints} WHERE {d.row_key} IN (SELECT {d.row_key} FROM "
+                f"{d.checkpoints}{order})"
+            )
         return _tuples_sql(d, page)
 
     # The WHERE clauses are fixed text per shape; every value in them is a parameter.
@@ -260,12 +270,41 @@ def page_limit_of(rows: Sequence[Row]) -> int | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadContext:
+    """What `decode_tuples` asks of the serializer and the dialect, asked once per
+    serializer (a wrapper answers through `__getattr__`, three lookups a call) instead of
+    on every read. Made by `read_context`; valid while the saver keeps that serializer."""
+
+    serde: Serializer
+    located: bool
+    takes_inline: bool
+    escaped: bool
+    plain_keys: bool
+    """The dialect stores write keys as they are (`Dialect.decode_write_key` is the
+    identity on a str id and an int idx): no call per write row."""
+
+
+def read_context(serde: Serializer, d: Dialect) -> ReadContext:
+    return ReadContext(
+        serde,
+        is_located(serde),
+        serde_inlines(serde),
+        metadata_escaped(d),
+        type(d).decode_write_key is Dialect.decode_write_key,
+    )
+
+
 def decode_tuples(
-    rows: Iterable[Row], serde: Serializer, d: Dialect, cache: ValueCache | None = None
+    rows: Iterable[Row],
+    serde: Serializer,
+    d: Dialect,
+    cache: ValueCache | None = None,
+    context: ReadContext | None = None,
 ) -> Iterator[CheckpointTuple]:
     """Rows of `_tuples_sql` to tuples, newest first, one at a time: a checkpoint that
     cannot be read raises only when it is reached, so `list()` still yields every newer one
-    first.
+    first. `context`: `read_context(serde, d)`, if the caller keeps one.
 
     Row: (k, kind, a, b, c, d, n, data, rec, meta): `k` numbers the checkpoint in the page;
     kind 0 is the checkpoint (a, b, c = thread, ns, id; d = parent id; n = page limit), 1 a
@@ -291,19 +330,22 @@ def decode_tuples(
             groups[row[0]] = [row]
         else:
             group.append(row)
+    if not heads:
+        return
     if len(heads) > 1:
         _page_sort(heads, d)
-    # One look at the serializer per call (its wrappers answer through __getattr__).
-    located = is_located(serde)
+    if context is None or context.serde is not serde:
+        context = read_context(serde, d)
+    located = context.located
     # Values decode through the batch loader when there is one; a value it cannot read
     # goes through `read`, which names where the value is.
     # (None too when the page holds no value row: a delta thread's head often does not.)
     fast = None if located or not (blobs_of or writes_of) else fast_loader_of(serde)
     read = partial(load_at, serde)
     none: list[Row] = []
-    takes_inline = serde_inlines(serde)
-    decode_key = d.decode_write_key
-    escaped = metadata_escaped(d)
+    takes_inline = context.takes_inline
+    decode_key = None if context.plain_keys else d.decode_write_key
+    escaped = context.escaped
     # Write values a chunk of checkpoints at a time in one call where the serializer can
     # (`plain_batch_loader`, as the delta history): a few small values per checkpoint, each
     # a msgpack-python call with Python hooks otherwise. By chunks, not the whole page: a
@@ -319,44 +361,47 @@ def decode_tuples(
             if found is None:  # values the batch cannot take: likely the whole page's
                 plain, found = None, {}
             batched = found
-        thread_id, ns, checkpoint_id, parent_id = head[2], head[3], head[4], head[5]
+        k, _, thread_id, ns, checkpoint_id, parent_id = head[:6]
         where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
-        blob_rows = blobs_of.get(head[0], none)
-        write_rows = writes_of.get(head[0], none)
         values: dict[str, Any] = {}
-        if len(blob_rows) > 1:
-            blob_rows.sort(key=_by_channel)
-        for row in blob_rows:
-            channel, version = row[2], row[3]
-            data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
-            if fast is not None:
-                # Through the cache (`value_cache`): compression undone, and large plain
-                # values decoded, once per stored value; each read gets a fresh object.
-                try:
-                    values[channel] = (
-                        fast(data)
-                        if cache is None
-                        else cache.load(data, thread_id, ns, channel, version, fast)
-                    )
-                    continue
-                except Exception:
-                    pass
-            elif cache is not None:
-                data = cache.plain(data, thread_id, ns, channel, version)
-            values[channel] = read(
-                data,
-                ValueLocation.blob(thread_id, ns, channel, version) if located else None,
-                **where,
-                channel=channel,
-                version=version,
-            )
+        blob_rows = blobs_of.get(k, none)
+        if blob_rows:
+            if len(blob_rows) > 1:
+                blob_rows.sort(key=_by_channel)
+            for row in blob_rows:
+                channel, version = row[2], row[3]
+                data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
+                if fast is not None:
+                    # Through the cache (`value_cache`): compression undone, and large plain
+                    # values decoded, once per stored value; each read gets a fresh object.
+                    try:
+                        values[channel] = (
+                            fast(data)
+                            if cache is None
+                            else cache.load(data, thread_id, ns, channel, version, fast)
+                        )
+                        continue
+                    except Exception:
+                        pass
+                elif cache is not None:
+                    data = cache.plain(data, thread_id, ns, channel, version)
+                values[channel] = read(
+                    data,
+                    ValueLocation.blob(thread_id, ns, channel, version) if located else None,
+                    **where,
+                    channel=channel,
+                    version=version,
+                )
         writes: list[PendingWrite] = []
+        write_rows = writes_of.get(k)
         if write_rows:
-            done = batched.get(head[0])  # its rows are sorted then
+            done = batched.get(k)  # its rows are sorted then
             if done is None and len(write_rows) > 1:
                 write_rows.sort(key=_applied_order)
             for j, row in enumerate(write_rows):
-                task_id, idx = decode_key(row[3], row[6])
+                task_id, idx = row[3], row[6]
+                if decode_key is not None or type(task_id) is not str or type(idx) is not int:
+                    task_id, idx = (decode_key or d.decode_write_key)(task_id, idx)
                 if done is not None and done[j] is not _UNBATCHED:
                     writes.append((task_id, row[4], done[j]))
                     continue
@@ -372,8 +417,15 @@ def decode_tuples(
                     None, read, located, data, thread_id, ns, checkpoint_id, task_id, idx, row[4]
                 )
                 writes.append((task_id, row[4], value))
+        # Configs as `make_config` builds them, without a call each.
         yield CheckpointTuple(
-            make_config(thread_id, ns, checkpoint_id),
+            {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            },
             decode_checkpoint(
                 head[8],
                 checkpoint_id,
@@ -385,7 +437,15 @@ def decode_tuples(
                 else None,
             ),
             decode_metadata(head[9], where, escaped),
-            make_config(thread_id, ns, parent_id) if parent_id is not None else None,
+            {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": parent_id,
+                }
+            }
+            if parent_id is not None
+            else None,
             writes,
         )
 

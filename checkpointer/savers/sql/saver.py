@@ -83,10 +83,12 @@ from checkpointer.savers.sql.puts import (
 )
 from checkpointer.savers.sql.reads import (
     ListQuery,
+    ReadContext,
     decode_tuples,
     get_tuple_stmt,
     list_page_stmt,
     page_limit_of,
+    read_context,
 )
 from checkpointer.savers.sql.records import version_text
 from checkpointer.savers.sql.transfer import (
@@ -186,6 +188,14 @@ class _SqlPrograms:
             self.__dict__["_serde_traits_cache"] = traits
         return traits[1], traits[2]
 
+    def _read_context(self) -> ReadContext:
+        """What reads ask of the serializer (see `reads.ReadContext`), asked again only when
+        the saver's serializer is replaced (the LangGraph adapter extends it)."""
+        context: ReadContext | None = self.__dict__.get("_read_context_cache")
+        if context is None or context.serde is not self.serde:
+            context = self.__dict__["_read_context_cache"] = read_context(self.serde, self._dialect)
+        return context
+
     def _where(self) -> str:
         return self._dialect.describe()
 
@@ -215,7 +225,10 @@ class _SqlPrograms:
 
     def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
         rows = yield from self._p_read(lambda d: get_tuple_stmt(d, config))
-        return next(decode_tuples(rows, self.serde, self._dialect, self.value_cache), None)
+        return next(
+            decode_tuples(rows, self.serde, self._dialect, self.value_cache, self._read_context()),
+            None,
+        )
 
     def _p_put(
         self,
@@ -595,7 +608,13 @@ class _ListPager:
         size = page_limit_of(rows) or self.size  # a small thread comes whole in one page
         count, last = 0, None
         programs = self.programs
-        for last in decode_tuples(rows, programs.serde, programs._dialect, programs.value_cache):
+        for last in decode_tuples(
+            rows,
+            programs.serde,
+            programs._dialect,
+            programs.value_cache,
+            programs._read_context(),
+        ):
             count += 1
             yield last
         if count < size or last is None:
@@ -693,7 +712,10 @@ class SyncSqlSaver(_SqlPrograms, BaseCheckpointSaver):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         rows = self._read(lambda d: get_tuple_stmt(d, config))
-        return next(decode_tuples(rows, self.serde, self._dialect, self.value_cache), None)
+        return next(
+            decode_tuples(rows, self.serde, self._dialect, self.value_cache, self._read_context()),
+            None,
+        )
 
     def list(
         self,
