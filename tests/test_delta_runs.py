@@ -21,7 +21,7 @@ from checkpointer.errors import CorruptHistoryError
 from checkpointer.ids import new_checkpoint_id, task_id_for
 from checkpointer.savers.memory import InMemorySaver
 from checkpointer.savers.migrate import migrate
-from checkpointer.savers.sql import saver as saver_module
+from checkpointer.savers.sql import programs as saver_module
 from checkpointer.savers.sql.plan import Stmt
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
