@@ -49,7 +49,13 @@ import msgpack
 
 from checkpointer.savers.base import loads_json, metadata_counters_as_pairs
 from checkpointer.savers.memory_store import BlobKey, StoredCheckpoint, ordered_writes
-from checkpointer.serde.fast_path import _NOT_PLAIN, _is_one_object, _load_plain, _plain_unpackb
+from checkpointer.serde.fast_path import (
+    _NOT_PLAIN,
+    _array_head,
+    _is_one_object,
+    _load_plain,
+    _plain_unpackb,
+)
 from checkpointer.serde.fresh_copy import Copier, copier_for
 from checkpointer.serde.fresh_copy import copy_records as _copy_records
 from checkpointer.serde.fresh_copy import is_record as _is_record
@@ -106,15 +112,6 @@ def _array_header(raw: bytes) -> tuple[int, int] | None:
     if head == 0xDD and len(raw) >= 5:
         return int.from_bytes(raw[1:5], "big"), 5
     return None
-
-
-def _array_head(count: int) -> bytes:
-    """The shortest msgpack array header for `count` items (what msgpack writes)."""
-    if count < 16:
-        return bytes([0x90 + count])
-    if count < 1 << 16:
-        return b"\xdc" + count.to_bytes(2, "big")
-    return b"\xdd" + count.to_bytes(4, "big")
 
 
 def _item_ends(items: memoryview, count: int) -> list[int] | None:

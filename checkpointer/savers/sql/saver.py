@@ -1,9 +1,5 @@
-"""The SQL savers: thin sync and async drivers of the programs in `programs.py`.
-
-A program yields `Op`s (each run by the executor on one borrowed connection, inside one
-transaction when it asks for it) and does its decoding between them, after the connection
-has been released: deserializing values never holds a lock or a pooled connection.
-"""
+"""The SQL savers: thin sync and async drivers of the programs in `programs.py` (which
+say how a program runs its operations)."""
 
 from __future__ import annotations
 
