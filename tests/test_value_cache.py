@@ -301,7 +301,21 @@ def test_decoded_values_are_kept_only_when_plain_and_copyable() -> None:
         assert a == b == value and a is not b
         if n == 0:
             assert a[0]["parts"] is not b[0]["parts"]
-    assert all(entry[4] is None for entry in cache._entries.values())
+    assert all(entry[5] is None for entry in cache._entries.values())
+
+
+def test_listings_read_through_the_cache_without_adding() -> None:
+    """`keep=False` (a page of `list`) is served by what is kept but keeps nothing new, so
+    a listing cannot push out the values read again and again."""
+    cache = ValueCache(1 << 22)
+    fast = _fast(SERDE)
+    data = SERDE.dumps_typed(_messages(40))
+    assert cache.load(data, "t", "", "m", "1", fast, keep=False) == _messages(40)
+    assert len(cache) == 0
+    first = cache.load(data, "t", "", "m", "1", fast)
+    assert len(cache) == 1 and cache._entries["t", "", "m", "1"][5] is not None
+    listed = cache.load(data, "t", "", "m", "1", fast, keep=False)
+    assert listed == first and listed is not first and cache.hits == 1
 
 
 def test_decoded_value_never_served_for_other_bytes() -> None:

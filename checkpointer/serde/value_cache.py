@@ -17,12 +17,14 @@ value is stored: an encrypting serializer still decrypts and checks every value 
 location (its ciphertext is not compressed, so it is never cached at all). Savers drop a
 thread's entries when they delete, prune or overwrite it, to free the memory early.
 
-Decoded values (`load`): a value that is plain data of a shape `serde.fresh_copy` can copy
-exactly (a chat history: a list of flat dicts; a `DeltaSnapshot` of one) is also kept
-decoded, and later reads of the same bytes get a fresh copy of it, several times faster
-than decoding again; the copy kept is never the one handed out. Only what ormsgpack reads
-without any extension is kept that way (`fast_path._load_plain`), so no class policy or
-codec decides what such a value is: it reads alike under every `MsgpackSerializer`.
+Decoded values (`load`): a value that is plain data of a shape
+`serde.fresh_copy` can copy exactly (a chat history: a list of flat dicts; a `DeltaSnapshot`
+of one) is also kept decoded, and later reads of the same bytes get a fresh copy of it,
+several times faster than decoding again; the copy kept is never the one handed out.
+Listings read through the cache without adding to it. Only what
+ormsgpack reads without any extension is kept that way (`fast_path._load_plain`), so no
+class policy or codec decides what such a value is: it reads alike under every
+`MsgpackSerializer`.
 
 Size: `CHECKPOINTER_VALUE_CACHE_BYTES` (default 32 MiB, 0 disables) when a saver makes its
 cache; `saver.value_cache.resize(n)` afterwards. An entry costs its stored plus its
@@ -48,6 +50,9 @@ ENV_MAX_BYTES: Final = "CHECKPOINTER_VALUE_CACHE_BYTES"
 DEFAULT_MAX_BYTES: Final = 32 * 1024 * 1024
 _ENTRY_OVERHEAD: Final = 256
 """Bytes counted per entry on top of its data (key, tuple, dict slot)."""
+
+_UNCOPYABLE: Final = object()
+"""Kept in an entry's value slot when its value was decoded and has no cheap copy."""
 
 _DECODED_MIN_BYTES: Final = 4096
 """Smaller values are decoded again on each read: keeping them would cost about as much."""
@@ -144,10 +149,15 @@ class ValueCache:
         channel: str,
         version: str,
         fast: Callable[[Typed], Any],
+        keep: bool = True,
     ) -> Any:
         """The stored pair `data` decoded: a fresh copy of its decoded value when these very
         bytes were decoded at this location before and kept (module doc), else
         `fast(pair)` with compression undone through the cache as `plain` does.
+
+        `keep=False` (a page of `list`, whose values are mostly read once) serves from the
+        cache but adds nothing to it: a listing would push out the values read again and
+        again, such as a thread's head.
 
         `fast` is a `MsgpackSerializer.fast_loader()`: what it returns for plain data is
         what `_load_plain` returns, which is how a value is decided to be kept. Errors are
@@ -169,22 +179,25 @@ class ValueCache:
         else:
             plain = data
         stored = plain[1]
-        if plain[0] != TAG_MSGPACK or type(stored) is not bytes or len(stored) < _DECODED_MIN_BYTES:
+        if not keep:
+            return fast(plain)
+        if (
+            plain[0] != TAG_MSGPACK
+            or type(stored) is not bytes
+            or len(stored) < _DECODED_MIN_BYTES
+            or (entry is not None and entry[4] is _UNCOPYABLE)
+        ):
             if entry is None and plain is not data:
-                self._store(
-                    key, (tag, raw, plain, len(raw) + len(stored) + _ENTRY_OVERHEAD, None, None)
-                )
+                cost = len(raw) + len(stored) + _ENTRY_OVERHEAD
+                self._store(key, (tag, raw, plain, cost, None, None))
             return fast(plain)
         value = _load_plain(stored)
         copier = None if value is _NOT_PLAIN else copier_for(value)
-        if copier is None:
-            if entry is None and plain is not data:
-                self._store(
-                    key, (tag, raw, plain, len(raw) + len(stored) + _ENTRY_OVERHEAD, None, None)
-                )
+        extra = len(stored) if plain is data else len(raw) + len(stored)
+        if copier is None:  # kept as a pair only, and never tried again
+            self._store(key, (tag, raw, plain, extra + _ENTRY_OVERHEAD, _UNCOPYABLE, None))
             return fast(plain) if value is _NOT_PLAIN else value
         kept = copier(value)  # the caller's value is theirs alone
-        extra = len(stored) if plain is data else len(raw) + len(stored)
         self._store(key, (tag, raw, plain, extra + 2 * len(stored) + _ENTRY_OVERHEAD, kept, copier))
         return value
 

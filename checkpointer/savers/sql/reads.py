@@ -351,6 +351,7 @@ def decode_tuples(
     # a msgpack-python call with Python hooks otherwise. By chunks, not the whole page: a
     # caller that stops early leaves most of a page undecoded.
     plain = None if fast is None or len(heads) < 2 else plain_batch_loader(serde)
+    keep = len(heads) < 2  # a listing reads through the value cache, adding nothing
     batched: dict[int, list[Any]] = {}
     batched_to = 0
 
@@ -378,7 +379,7 @@ def decode_tuples(
                         values[channel] = (
                             fast(data)
                             if cache is None
-                            else cache.load(data, thread_id, ns, channel, version, fast)
+                            else cache.load(data, thread_id, ns, channel, version, fast, keep)
                         )
                         continue
                     except Exception:
