@@ -1,5 +1,5 @@
-"""Take a database written by this code back to revision 0007's tables (what 0008 added,
-dropped again): the rows are then what code at 0007 wrote, to test the upgrade on."""
+"""Take a database written by this code back to revision 0007's tables (what 0008 and
+0010 added, dropped again; 0009 only reordered an index): the rows are then what code at 0007 wrote, to test the upgrade on."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from checkpointer.savers.sql.schema import VERSION_TABLE
 
 UNDO_0008 = [
+    "ALTER TABLE {s}checkpointer_blobs DROP COLUMN base_version",  # 0010
     "DROP TRIGGER IF EXISTS checkpointer_checkpoints_seq_writes",  # SQLite only
     "DROP INDEX {s}checkpointer_writes_unnumbered_idx",
     "DROP INDEX {s}checkpointer_writes_channel_seq_idx",

@@ -131,7 +131,11 @@ class CompressingSerializer:
         return getattr(self.inner, name)
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        tag, data = self.inner.dumps_typed(obj)
+        return self.compress_typed(self.inner.dumps_typed(obj))
+
+    def compress_typed(self, typed: tuple[str, bytes]) -> tuple[str, bytes]:
+        """What `dumps_typed` stores for bytes the inner serializer made."""
+        tag, data = typed
         if len(data) < self.threshold or is_compressed(tag):
             return tag, data
         # Savers read every value through `decompress_typed` with the default bound, and

@@ -7,9 +7,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpointer.savers.sql.plan import Op, Plan, Stmt
+
+if TYPE_CHECKING:
+    from checkpointer.savers.sql.tails import TailRow
 
 
 class Dialect:
@@ -239,8 +242,10 @@ class Dialect:
         metadata: str,
         blobs: list[tuple[str, str, str, bytes]],
         now: datetime,
+        tails: Sequence[TailRow] = (),
     ) -> Op[None]:
-        """Blobs, the checkpoint and the thread summary, in one transaction."""
+        """Blobs, tails (each written whole instead if its base is not stored, see
+        `tails.py`), the checkpoint and the thread summary, in one transaction."""
         raise NotImplementedError
 
     def put_writes_plan(

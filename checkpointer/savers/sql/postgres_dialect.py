@@ -31,6 +31,7 @@ from checkpointer.savers.sql.summaries import (
     refresh_summaries_stmts,
     summary_merge,
 )
+from checkpointer.savers.sql.tails import TailRow, whole_row
 
 _CASTS = {
     "text": "text",
@@ -127,6 +128,14 @@ psycopg dumps in C; more as one array per column (`unnest`), dumped in Python bu
 a handful of parameters whatever the count."""
 
 _BLOB_COLUMNS = (("channel", "text"), ("version", "text"), ("type", "text"), ("blob", "bytea"))
+_TAIL_COLUMNS = (
+    ("t_channel", "text"),
+    ("t_version", "text"),
+    ("t_type", "text"),
+    ("t_blob", "bytea"),
+    ("t_base", "text"),
+    ("t_size", "bigint"),
+)
 _WRITE_COLUMNS = (("idx", "int"), ("channel", "text"), ("type", "text"), ("blob", "bytea"))
 
 
@@ -349,7 +358,27 @@ class PostgresDialect(Dialect):
         metadata: str,
         blobs: list[tuple[str, str, str, bytes]],
         now: datetime,
+        tails: Sequence[TailRow] = (),
     ) -> Op[None]:
+        return Op(
+            self._put_plan(
+                thread_id, ns, checkpoint_id, parent_id, run_id, record, metadata, blobs, now, tails
+            )
+        )
+
+    def _put_plan(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        run_id: str | None,
+        record: str,
+        metadata: str,
+        blobs: list[tuple[str, str, str, bytes]],
+        now: datetime,
+        tails: Sequence[TailRow],
+    ) -> Plan[None]:
         params: dict[str, Any] = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
@@ -363,20 +392,40 @@ class PostgresDialect(Dialect):
         }
         if blobs:
             rows_params(_BLOB_COLUMNS, blobs, params)
-
+        if tails:
+            rows_params(
+                _TAIL_COLUMNS,
+                [
+                    (t.channel, t.version, t.type, t.blob, t.base_version, t.base_size)
+                    for t in tails
+                ],
+                params,
+            )
         sql = self.sql(
-            ("put", parent_id is None, len(blobs)),
-            lambda: self._put_sql(parent_id is None, len(blobs)),
+            ("put", parent_id is None, len(blobs), len(tails)),
+            lambda: self._put_sql(parent_id is None, len(blobs), len(tails)),
         )
+        rows = yield Stmt(sql, params, fetch=True)
+        if not rows[0][0]:
+            if tails and not rows[0][1]:
+                # A base is not stored: nothing was written; again with the tails whole.
+                whole = [*blobs, *(whole_row(t) for t in tails)]
+                yield from self._put_plan(
+                    thread_id,
+                    ns,
+                    checkpoint_id,
+                    parent_id,
+                    run_id,
+                    record,
+                    metadata,
+                    whole,
+                    now,
+                    (),
+                )
+                return
+            yield from refused_put_plan(self, thread_id, ns, checkpoint_id, parent_id)
 
-        def plan() -> Plan[None]:
-            rows = yield Stmt(sql, params, fetch=True)
-            if not rows[0][0]:
-                yield from refused_put_plan(self, thread_id, ns, checkpoint_id, parent_id)
-
-        return Op(plan())
-
-    def _put_sql(self, parent_none: bool, blob_rows: int) -> str:
+    def _put_sql(self, parent_none: bool, blob_rows: int, tail_rows: int = 0) -> str:
         """The put statement for this shape of put (its text depends on nothing else)."""
         key = (
             "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s "
@@ -421,7 +470,8 @@ class PostgresDialect(Dialect):
             "%(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s AND p.checkpoint_id = "
             "%(parent_id)s AND p.seq = seq.v - 1), seq.v) FROM seq "
             "WHERE (SELECT v FROM ok) "
-            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+            + ("AND (SELECT v FROM bases_ok) " if tail_rows else "")
+            + "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
             + self.checkpoint_upsert_values()
             + f" WHERE {CHECKPOINTS}.parent_checkpoint_id IS NOT DISTINCT FROM "
             f"excluded.parent_checkpoint_id RETURNING {size} AS n, seq)",
@@ -430,7 +480,28 @@ class PostgresDialect(Dialect):
             "w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s AND "
             "w.checkpoint_id = %(checkpoint_id)s AND w.seq IS NULL AND EXISTS (SELECT 1 FROM cp))",
         ]
+        if tail_rows:
+            tails = rows_select_text(_TAIL_COLUMNS, tail_rows)
+            # Every tail's base is stored whole, with the size its put remembered
+            # (`tails.py`); if not, nothing is written and the put goes again whole.
+            ctes.insert(
+                2,
+                f"bases_ok AS (SELECT NOT EXISTS (SELECT 1 FROM ({tails}) x WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {self.blobs} b WHERE b.thread_id = %(thread_id)s AND "
+                "b.checkpoint_ns = %(checkpoint_ns)s AND b.channel = x.t_channel AND "
+                "b.version = x.t_base AND b.base_version IS NULL AND "
+                f"{self.size('b.blob')} = x.t_size)) AS v)",
+            )
+            ctes.append(
+                f"new_tails AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
+                "channel, version, type, blob, base_version) SELECT %(thread_id)s, "
+                "%(checkpoint_ns)s, x.t_channel, x.t_version, x.t_type, x.t_blob, x.t_base "
+                f"FROM ({tails}) x WHERE EXISTS (SELECT 1 FROM cp) "
+                f"ON CONFLICT DO NOTHING RETURNING {self.size('blob')} AS n)",
+            )
         added = "(SELECT n FROM cp) - coalesce((SELECT n FROM prior), 0)"
+        if tail_rows:
+            added += " + coalesce((SELECT sum(n) FROM new_tails), 0)"
         if blob_rows:
             rows = rows_select_text(_BLOB_COLUMNS, blob_rows)
             ctes.append(
@@ -449,7 +520,10 @@ class PostgresDialect(Dialect):
             + summary_merge(self)
             + ")"
         )
-        return "WITH " + ", ".join(ctes) + " SELECT EXISTS (SELECT 1 FROM cp)"
+        done = "SELECT EXISTS (SELECT 1 FROM cp)"
+        if tail_rows:
+            done += ", (SELECT v FROM bases_ok)"
+        return "WITH " + ", ".join(ctes) + " " + done
 
     def put_writes_plan(
         self,

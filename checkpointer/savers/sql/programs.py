@@ -13,6 +13,7 @@ import builtins
 from collections.abc import (
     Callable,
     Generator,
+    Iterable,
     Iterator,
     Mapping,
     Sequence,
@@ -84,8 +85,17 @@ from checkpointer.savers.sql.reads import (
     list_page_stmt,
     page_limit_of,
     read_context,
+    tail_keys,
 )
 from checkpointer.savers.sql.records import version_text
+from checkpointer.savers.sql.tails import (
+    BaseKey,
+    Bases,
+    ListTails,
+    bases_groups,
+    bases_stmt,
+    decode_bases,
+)
 from checkpointer.savers.sql.transfer import (
     copy_thread_guarded_plan,
     copy_thread_relocating_plan,
@@ -163,6 +173,15 @@ class SqlPrograms:
         return recent
 
     @property
+    def _list_tails(self) -> ListTails:
+        """The lists this saver last wrote whole, to write later versions as tails of them
+        (see `tails.py`), made on first use."""
+        tails: ListTails | None = self.__dict__.get("_list_tails_cache")
+        if tails is None:
+            tails = self.__dict__.setdefault("_list_tails_cache", ListTails())
+        return tails
+
+    @property
     def value_cache(self) -> ValueCache:
         """Decompressed values read by this saver (see `serde.value_cache`), made on first
         use; `saver.value_cache.resize(0)` turns it off."""
@@ -219,10 +238,24 @@ class SqlPrograms:
 
     def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
         rows = yield from self._p_read(lambda d: get_tuple_stmt(d, config))
+        keys = tail_keys(rows)
+        bases = (yield from self._p_tail_bases(keys)) if keys else None
         return next(
-            decode_tuples(rows, self.serde, self._dialect, self.value_cache, self._read_context()),
+            decode_tuples(
+                rows, self.serde, self._dialect, self.value_cache, self._read_context(), bases
+            ),
             None,
         )
+
+    def _p_tail_bases(self, keys: Iterable[BaseKey]) -> Program[Bases]:
+        """The bases of tail rows (`tails.py`), for the decoders."""
+        found: dict[BaseKey, tuple[str, tuple[str, bytes]]] = {}
+        for thread_id, ns, pairs in bases_groups(keys):
+            rows = yield from self._p_read(
+                partial(bases_stmt, thread_id=thread_id, ns=ns, tails=pairs)
+            )
+            decode_bases(thread_id, ns, rows, found)
+        return found
 
     def _p_put(
         self,
@@ -275,6 +308,7 @@ class SqlPrograms:
             restore,
             inlines=inlines,
             located=located,
+            tails=self._list_tails,
         )
         yield op
         # The versions steer the next put's carry (and its inline values, when kept).
@@ -591,12 +625,19 @@ class ListPager:
         stmt, self.size = page
         return stmt
 
-    def next_page(self) -> Program[list[Row]] | None:
-        """The read of the next page, or None when the listing is complete."""
+    def next_page(self) -> Program[tuple[list[Row], Bases | None]] | None:
+        """The read of the next page (its rows and the bases of its tails), or None when
+        the listing is complete."""
         stmt = self.next_stmt()
-        return None if stmt is None else self.programs._p_read(stmt)
+        return None if stmt is None else self._p_page(stmt)
 
-    def tuples(self, rows: list[Row]) -> Iterator[CheckpointTuple]:
+    def _p_page(self, stmt: Callable[[Dialect], Stmt]) -> Program[tuple[list[Row], Bases | None]]:
+        rows = yield from self.programs._p_read(stmt)
+        keys = tail_keys(rows)
+        bases = (yield from self.programs._p_tail_bases(keys)) if keys else None
+        return rows, bases
+
+    def tuples(self, rows: list[Row], bases: Bases | None = None) -> Iterator[CheckpointTuple]:
         """The page's checkpoints, each decoded when reached (a corrupt one hides none
         before it); then where the next page starts, or that there is none."""
         size = page_limit_of(rows) or self.size  # a small thread comes whole in one page
@@ -608,6 +649,7 @@ class ListPager:
             programs._dialect,
             programs.value_cache,
             programs._read_context(),
+            bases,
         ):
             count += 1
             yield last

@@ -5,6 +5,7 @@ statement."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -35,6 +36,7 @@ from checkpointer.savers.sql.records import (
     json_object,
     version_text,
 )
+from checkpointer.savers.sql.tails import ListTails, TailRow, list_codec
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located
 from checkpointer.types import (
@@ -75,6 +77,7 @@ def put_op(
     *,
     inlines: bool | None = None,
     located: bool | None = None,
+    tails: ListTails | None = None,
 ) -> tuple[Op[None], RunnableConfig, Inline]:
     """Serialize only the channels in `new_versions` that have a value; the checkpoint row
     records every version, so unchanged channels keep pointing at their older values.
@@ -84,7 +87,8 @@ def put_op(
     `inline.py`); the record's inline values are returned with the op. `restore`:
     (version, value) of unchanged channels whose value may not be stored yet, written as
     value rows if absent (`unstored.py`). `inlines` / `located`: `serde_inlines(serde)` and
-    `is_located(serde)`, when the caller knows them."""
+    `is_located(serde)`, when the caller knows them. `tails`: the saver's memory of the
+    lists it wrote, to write a grown list as what it gained (`tails.py`)."""
     if inlines is None:
         inlines = serde_inlines(serde)
     if located is None:
@@ -102,6 +106,22 @@ def put_op(
                 inline[channel] = value
         if inline:
             changed = {ch: pair for ch, pair in changed.items() if ch not in inline}
+    # Lists through `tails` (a tail row, or their stored form made on the way).
+    tail_rows: list[TailRow] = []
+    encoded: dict[str, tuple[str, bytes]] = {}
+    codec = None if tails is None or located else list_codec(serde)
+    if codec is not None and tails is not None:
+        where = f"in checkpoint {checkpoint_id!r}"
+        for channel, (version, value) in changed.items():
+            if type(value) is list and value:
+                out = tails.encode(codec, thread_id, ns, channel, version_text(version), value)
+                if type(out) is TailRow:
+                    tail_rows.append(replace(out, whole=partial(_checked_whole, out, where)))
+                else:
+                    encoded[channel] = out  # type: ignore[assignment]
+        if tail_rows:
+            tailed = {t.channel for t in tail_rows}
+            changed = {ch: pair for ch, pair in changed.items() if ch not in tailed}
     if restore:  # value rows only, written if absent (see `unstored.py`)
         changed = {**restore, **changed}
     if located:
@@ -116,7 +136,11 @@ def put_op(
     else:
         dumps = serde.dumps_typed
         blobs = [
-            (channel, version_text(version), *dumps(value))
+            (
+                channel,
+                version_text(version),
+                *(encoded[channel] if channel in encoded else dumps(value)),
+            )
             for channel, (version, value) in changed.items()
         ]
     meta_text = d.check_metadata(encode_metadata(metadata))
@@ -130,6 +154,7 @@ def put_op(
     )
     where = f"in checkpoint {checkpoint_id!r}"
     check_stored_sizes(((ch, t, data) for ch, _, t, data in blobs), where)
+    check_stored_sizes(((t.channel, t.type, t.blob) for t in tail_rows), where)
     for name, text in (("(checkpoint record)", record), ("(metadata)", meta_text)):
         if len(text) > MAX_STORED_VALUE_BYTES // 4:  # UTF-8 takes at most 4 bytes a char
             check_stored_sizes([(name, "json", text.encode())], where)
@@ -146,9 +171,17 @@ def put_op(
             meta_text,
             blobs,
             resolve_now(None),
+            tail_rows,
         )
     )
     return op, make_config(thread_id, ns, checkpoint_id), inline
+
+
+def _checked_whole(tail: TailRow, where: str) -> tuple[str, bytes]:
+    """`tail`'s value whole, for when its base is not stored, within the size limit."""
+    data = tail.whole()
+    check_stored_sizes([(tail.channel, data[0], data[1])], where)
+    return data
 
 
 def unchanged_channels(checkpoint: Checkpoint, new_versions: ChannelVersions) -> set[str]:

@@ -24,6 +24,7 @@ from checkpointer.savers.sql.records import (
     metadata_escaped,
     write_value,
 )
+from checkpointer.savers.sql.tails import TAIL_PREFIX, BaseKey, Bases, load_tail
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import fast_loader_of
 from checkpointer.serde.located import ValueLocation, is_located, load_at, plain_batch_loader
@@ -295,12 +296,22 @@ def read_context(serde: Serializer, d: Dialect) -> ReadContext:
     )
 
 
+def tail_keys(rows: Sequence[Row]) -> list[BaseKey]:
+    """The tail rows (`tails.py`) among `_tuples_sql` rows, whose bases must be read."""
+    found = [r for r in rows if r[1] == 1 and r[5].startswith(TAIL_PREFIX)]
+    if not found:
+        return []
+    where = {r[0]: (r[2], r[3]) for r in rows if r[1] == 0}
+    return [(*where[r[0]], r[2], r[3]) for r in found]
+
+
 def decode_tuples(
     rows: Iterable[Row],
     serde: Serializer,
     d: Dialect,
     cache: ValueCache | None = None,
     context: ReadContext | None = None,
+    bases: Bases | None = None,
 ) -> Iterator[CheckpointTuple]:
     """Rows of `_tuples_sql` to tuples, newest first, one at a time: a checkpoint that
     cannot be read raises only when it is reached, so `list()` still yields every newer one
@@ -311,6 +322,8 @@ def decode_tuples(
     blob (a = channel, b = version, d = type), 2 a pending write (a = task_path, b = task_id,
     c = channel, d = type, n = idx). The rows come in any order: they are grouped per
     checkpoint here, writes in the order they were applied.
+
+    `bases`: the bases of the tail rows among them (`tails.bases_stmt` for `tail_keys`).
 
     Records and metadata come as JSON text on every dialect (PostgreSQL's jsonb as text:
     parsed here by `records.loads_json`, not by the driver's json.loads, and metadata
@@ -372,6 +385,15 @@ def decode_tuples(
             for row in blob_rows:
                 channel, version = row[2], row[3]
                 data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
+                if bases is not None and data[0].startswith(TAIL_PREFIX):
+                    values[channel] = load_tail(
+                        (thread_id, ns, channel, version),
+                        data,
+                        bases,
+                        partial(_load_value, fast, cache, read, located, thread_id, ns, channel),
+                        {**where, "channel": channel, "version": version},
+                    )
+                    continue
                 if fast is not None:
                     # Through the cache (`value_cache`): compression undone, and large plain
                     # values decoded, once per stored value; each read gets a fresh object.
@@ -449,6 +471,36 @@ def decode_tuples(
             else None,
             writes,
         )
+
+
+def _load_value(
+    fast: Callable[[tuple[str, bytes]], Any] | None,
+    cache: ValueCache | None,
+    read: Callable[..., Any],
+    located: bool,
+    thread_id: str,
+    ns: str,
+    channel: str,
+    data: tuple[str, bytes],
+    version: str,
+    keep: bool,
+) -> Any:
+    """One stored value of `channel` at `version`, as `decode_tuples` reads values."""
+    if fast is not None:
+        try:
+            if cache is None:
+                return fast(data)
+            return cache.load(data, thread_id, ns, channel, version, fast, keep)
+        except Exception:
+            pass
+    return read(
+        data,
+        ValueLocation.blob(thread_id, ns, channel, version) if located else None,
+        thread_id=thread_id,
+        checkpoint_ns=ns,
+        channel=channel,
+        version=version,
+    )
 
 
 _WRITES_CHUNK = 64

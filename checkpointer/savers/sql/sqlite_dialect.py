@@ -18,6 +18,7 @@ from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_
 from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
 from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
 from checkpointer.savers.sql.summaries import SUMMARY_CLOCK_SECONDS, refresh_summaries_stmts
+from checkpointer.savers.sql.tails import TailRow, whole_row
 
 SQLITE_TS_FORMAT = "%Y-%m-%d %H:%M:%f"
 """What SQLite's strftime writes and the summary table stores (UTC, milliseconds)."""
@@ -271,6 +272,7 @@ class SqliteDialect(Dialect):
         metadata: str,
         blobs: list[tuple[str, str, str, bytes]],
         now: datetime,
+        tails: Sequence[TailRow] = (),
     ) -> Op[None]:
         activity = self._activity_stmt(thread_id, now)
 
@@ -281,6 +283,29 @@ class SqliteDialect(Dialect):
                 "ON CONFLICT DO NOTHING",
                 [(thread_id, ns, *b) for b in blobs],
             )
+            for tail in tails:
+                inserted = yield Stmt(
+                    self.sql(("put_tail",), _put_tail_sql),
+                    (
+                        thread_id,
+                        ns,
+                        tail.channel,
+                        tail.version,
+                        tail.type,
+                        tail.blob,
+                        tail.base_version,
+                        tail.base_size,
+                    ),
+                    fetch=True,
+                )
+                if not inserted:  # its base is not stored (or the row exists: a re-put)
+                    whole = whole_row(tail)
+                    yield from self._multi_row_inserts(
+                        f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, "
+                        "type, blob)",
+                        "ON CONFLICT DO NOTHING",
+                        [(thread_id, ns, *whole)],
+                    )
             # Written unless it is new and a stored checkpoint names it as its parent, and
             # on a re-put only if the parent is the stored one (`parents.py`): no row back
             # means refused.
@@ -295,7 +320,7 @@ class SqliteDialect(Dialect):
                 yield activity
 
         # A checkpoint alone (every value inline or unchanged) is one atomic statement.
-        if blobs or activity is not None:
+        if blobs or tails or activity is not None:
             return Op(plan(), txn=True)
         return Op(plan(), write=True)
 
@@ -465,3 +490,14 @@ class SqliteDialect(Dialect):
         statements = plan_upgrade("sqlite", None, found, where=self.describe())
         for sql in statements or ():
             yield Stmt(sql, ())
+
+
+def _put_tail_sql() -> str:
+    """A tail row, inserted only if its base is stored whole with the size remembered
+    (`tails.py`); returns a row if it was inserted."""
+    return (
+        f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob, "
+        f"base_version) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE EXISTS (SELECT 1 FROM {BLOBS} b "
+        "WHERE b.thread_id = ?1 AND b.checkpoint_ns = ?2 AND b.channel = ?3 AND b.version = ?7 "
+        "AND b.base_version IS NULL AND length(b.blob) = ?8) ON CONFLICT DO NOTHING RETURNING 1"
+    )
