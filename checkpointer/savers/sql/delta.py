@@ -26,6 +26,14 @@ from checkpointer.savers.sql.inline import (
 from checkpointer.savers.sql.plan import Plan, Row, Stmt
 from checkpointer.savers.sql.record_seal import verify_record
 from checkpointer.savers.sql.records import inline_loader, json_object, write_value
+from checkpointer.savers.sql.tails import (
+    TAIL_PREFIX,
+    BaseKey,
+    Bases,
+    bases_plan,
+    load_stored,
+    load_tail,
+)
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import (
     ValueLocation,
@@ -162,12 +170,15 @@ def decode_delta_history(
     thread_id: str,
     checkpoint_ns: str,
     cache: ValueCache | None = None,
+    bases: Bases | None = None,
 ) -> dict[str, DeltaChannelHistory]:
     """Rows (kind, depth, channel, task_path, task_id, idx, type, blob, ref, ikind, itext),
     seeds first, then writes oldest first, to one history per channel. `ref` is a seed's
     version and the checkpoint a write is pending on: each value is read at the location
     it was stored at, not the target's. A seed kept inline in its record comes as (ikind,
-    itext), see `inline.from_sql`. A kind 2 row is an ancestor whose record is unreadable."""
+    itext), see `inline.from_sql`. A kind 2 row is an ancestor whose record is unreadable.
+    `bases`: those of the seeds that are tail rows (`seed_tail_keys`, `tails.py`): a
+    channel that was a plain list before it became a delta channel."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
     located = is_located(serde)
     fast = batch_loader(serde)  # as in `decode_tuples`
@@ -208,6 +219,16 @@ def decode_delta_history(
             entry["seed"] = value
             continue
         data = (type_, blob if type(blob) is bytes else bytes(blob))
+        if bases is not None and type_.startswith(TAIL_PREFIX):
+            where = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+            entry["seed"] = load_tail(
+                (thread_id, checkpoint_ns, channel, str(ref)),
+                data,
+                bases,
+                partial(load_stored, fast, cache, read, located, thread_id, checkpoint_ns, channel),
+                {**where, "channel": channel, "version": str(ref)},
+            )
+            continue
         if cache is not None and fast is not None:  # as in `decode_tuples`
             try:
                 entry["seed"] = cache.load(data, thread_id, checkpoint_ns, channel, str(ref), fast)
@@ -256,6 +277,15 @@ def decode_delta_history(
     return out
 
 
+def seed_tail_keys(rows: Sequence[Row], thread_id: str, checkpoint_ns: str) -> list[BaseKey]:
+    """The seeds among delta history rows that are tail rows, whose bases must be read."""
+    return [
+        (thread_id, checkpoint_ns, str(row[2]), str(row[8]))
+        for row in rows
+        if row[0] == 0 and row[7] is not None and str(row[6]).startswith(TAIL_PREFIX)
+    ]
+
+
 def delta_history_plan(
     d: Dialect, serde: Serializer, config: RunnableConfig, channels: Sequence[str]
 ) -> Plan[dict[str, DeltaChannelHistory]]:
@@ -266,8 +296,12 @@ def delta_history_plan(
     out: dict[str, DeltaChannelHistory] = {}
     for chunk in delta_history_chunks(channels):
         rows = yield from delta_walk_plan(d, config, chunk, is_located(serde))
+        keys = seed_tail_keys(rows, thread_id, ns)
+        bases = (yield from bases_plan(d, keys)) if keys else None
         out.update(
-            decode_delta_history(rows, chunk, serde, d, thread_id=thread_id, checkpoint_ns=ns)
+            decode_delta_history(
+                rows, chunk, serde, d, thread_id=thread_id, checkpoint_ns=ns, bases=bases
+            )
         )
     return out
 

@@ -52,6 +52,7 @@ from checkpointer.savers.sql.delta import (
     delta_runs_stmt,
     order_runs_rows,
     parent_pointers_stmt,
+    seed_tail_keys,
 )
 from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK
 from checkpointer.savers.sql.delta_sql import WALK_BOUND_REACHED
@@ -92,9 +93,7 @@ from checkpointer.savers.sql.tails import (
     BaseKey,
     Bases,
     ListTails,
-    bases_groups,
-    bases_stmt,
-    decode_bases,
+    bases_plan,
 )
 from checkpointer.savers.sql.transfer import (
     copy_thread_guarded_plan,
@@ -249,12 +248,8 @@ class SqlPrograms:
 
     def _p_tail_bases(self, keys: Iterable[BaseKey]) -> Program[Bases]:
         """The bases of tail rows (`tails.py`), for the decoders."""
-        found: dict[BaseKey, tuple[str, tuple[str, bytes]]] = {}
-        for thread_id, ns, pairs in bases_groups(keys):
-            rows = yield from self._p_read(
-                partial(bases_stmt, thread_id=thread_id, ns=ns, tails=pairs)
-            )
-            decode_bases(thread_id, ns, rows, found)
+        wanted = list(keys)
+        found: Bases = yield read_plan(lambda: bases_plan(self._dialect, wanted))
         return found
 
     def _p_put(
@@ -436,8 +431,12 @@ class SqlPrograms:
                 if rows and rows[0][0] == WALK_BOUND_REACHED:
                     raise history_loop(thread_id, ns, str(rows[0][8]))
             cache = self.value_cache
+            keys = seed_tail_keys(rows, **where)
+            bases = (yield from self._p_tail_bases(keys)) if keys else None
             out.update(
-                decode_delta_history(rows, chunk, self.serde, self._dialect, **where, cache=cache)
+                decode_delta_history(
+                    rows, chunk, self.serde, self._dialect, **where, cache=cache, bases=bases
+                )
             )
         return out
 

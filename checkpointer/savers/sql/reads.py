@@ -24,7 +24,7 @@ from checkpointer.savers.sql.records import (
     metadata_escaped,
     write_value,
 )
-from checkpointer.savers.sql.tails import TAIL_PREFIX, BaseKey, Bases, load_tail
+from checkpointer.savers.sql.tails import TAIL_PREFIX, BaseKey, Bases, load_stored, load_tail
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import fast_loader_of
 from checkpointer.serde.located import ValueLocation, is_located, load_at, plain_batch_loader
@@ -390,7 +390,7 @@ def decode_tuples(
                         (thread_id, ns, channel, version),
                         data,
                         bases,
-                        partial(_load_value, fast, cache, read, located, thread_id, ns, channel),
+                        partial(load_stored, fast, cache, read, located, thread_id, ns, channel),
                         {**where, "channel": channel, "version": version},
                     )
                     continue
@@ -471,36 +471,6 @@ def decode_tuples(
             else None,
             writes,
         )
-
-
-def _load_value(
-    fast: Callable[[tuple[str, bytes]], Any] | None,
-    cache: ValueCache | None,
-    read: Callable[..., Any],
-    located: bool,
-    thread_id: str,
-    ns: str,
-    channel: str,
-    data: tuple[str, bytes],
-    version: str,
-    keep: bool,
-) -> Any:
-    """One stored value of `channel` at `version`, as `decode_tuples` reads values."""
-    if fast is not None:
-        try:
-            if cache is None:
-                return fast(data)
-            return cache.load(data, thread_id, ns, channel, version, fast, keep)
-        except Exception:
-            pass
-    return read(
-        data,
-        ValueLocation.blob(thread_id, ns, channel, version) if located else None,
-        thread_id=thread_id,
-        checkpoint_ns=ns,
-        channel=channel,
-        version=version,
-    )
 
 
 _WRITES_CHUNK = 64

@@ -41,11 +41,13 @@ from typing import Any, Final
 
 from checkpointer.errors import CorruptValueError
 from checkpointer.savers.sql.dialect import Dialect
-from checkpointer.savers.sql.plan import Row, Stmt
+from checkpointer.savers.sql.plan import Plan, Row, Stmt
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import CompressingSerializer
 from checkpointer.serde.fast_path import _array_head
+from checkpointer.serde.located import ValueLocation
 from checkpointer.serde.msgpack_serde import MsgpackSerializer
+from checkpointer.serde.value_cache import ValueCache
 from checkpointer.serde.value_types import TAG_MSGPACK
 
 Typed = tuple[str, bytes]
@@ -271,6 +273,40 @@ def decode_bases(
                 into[(thread_id, ns, channel, str(r[2]))] = (base_version, base)
 
 
+def load_stored(
+    fast: Callable[[Typed], Any] | None,
+    cache: ValueCache | None,
+    read: Callable[..., Any],
+    located: bool,
+    thread_id: str,
+    ns: str,
+    channel: str,
+    data: Typed,
+    version: str,
+    keep: bool,
+) -> Any:
+    """One stored value of `channel` at `version`, as the readers read values: through the
+    value cache and the fast loader where there are, else by `read` (`located.load_at`),
+    which names the value when it cannot be read."""
+    if fast is not None:
+        try:
+            if cache is None:
+                return fast(data)
+            return cache.load(data, thread_id, ns, channel, version, fast, keep)
+        except Exception:
+            pass
+    elif cache is not None:
+        data = cache.plain(data, thread_id, ns, channel, version)
+    return read(
+        data,
+        ValueLocation.blob(thread_id, ns, channel, version) if located else None,
+        thread_id=thread_id,
+        checkpoint_ns=ns,
+        channel=channel,
+        version=version,
+    )
+
+
 def load_tail(
     key: BaseKey,
     data: Typed,
@@ -288,6 +324,16 @@ def load_tail(
     base = load(base_data, base_version, True)
     items = load((items_tag(data[0]), data[1]), key[3], False)
     return compose(base, items, where)
+
+
+def bases_plan(d: Dialect, keys: Iterable[BaseKey]) -> Plan[Bases]:
+    """The bases of the tail rows at `keys`, a statement per thread and namespace (and
+    per `BASES_CHUNK` tails)."""
+    found: dict[BaseKey, tuple[str, Typed]] = {}
+    for thread_id, ns, pairs in bases_groups(keys):
+        rows = yield bases_stmt(d, thread_id, ns, pairs)
+        decode_bases(thread_id, ns, rows, found)
+    return found
 
 
 def compose(base: Any, items: Any, where: Mapping[str, Any]) -> list[Any]:
