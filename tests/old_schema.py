@@ -1,5 +1,6 @@
 """Take a database written by this code back to revision 0007's tables (what 0008 and
-0010 added, dropped again; 0009 only reordered an index): the rows are then what code at 0007 wrote, to test the upgrade on."""
+0010 added, dropped again; 0009 only reordered an index): the rows are then what code at
+0007 wrote, to test the upgrade on."""
 
 from __future__ import annotations
 

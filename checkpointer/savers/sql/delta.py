@@ -221,10 +221,11 @@ def decode_delta_history(
         data = (type_, blob if type(blob) is bytes else bytes(blob))
         if bases is not None and type_.startswith(TAIL_PREFIX):
             where = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+            at = (thread_id, checkpoint_ns, channel, str(ref))
             entry["seed"] = load_tail(
-                (thread_id, checkpoint_ns, channel, str(ref)),
+                at,
                 data,
-                bases,
+                bases.get(at),
                 partial(load_stored, fast, cache, read, located, thread_id, checkpoint_ns, channel),
                 {**where, "channel": channel, "version": str(ref)},
             )

@@ -86,7 +86,6 @@ from checkpointer.savers.sql.reads import (
     list_page_stmt,
     page_limit_of,
     read_context,
-    tail_keys,
 )
 from checkpointer.savers.sql.records import version_text
 from checkpointer.savers.sql.tails import (
@@ -237,12 +236,8 @@ class SqlPrograms:
 
     def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
         rows = yield from self._p_read(lambda d: get_tuple_stmt(d, config))
-        keys = tail_keys(rows)
-        bases = (yield from self._p_tail_bases(keys)) if keys else None
         return next(
-            decode_tuples(
-                rows, self.serde, self._dialect, self.value_cache, self._read_context(), bases
-            ),
+            decode_tuples(rows, self.serde, self._dialect, self.value_cache, self._read_context()),
             None,
         )
 
@@ -624,19 +619,12 @@ class ListPager:
         stmt, self.size = page
         return stmt
 
-    def next_page(self) -> Program[tuple[list[Row], Bases | None]] | None:
-        """The read of the next page (its rows and the bases of its tails), or None when
-        the listing is complete."""
+    def next_page(self) -> Program[list[Row]] | None:
+        """The read of the next page, or None when the listing is complete."""
         stmt = self.next_stmt()
-        return None if stmt is None else self._p_page(stmt)
+        return None if stmt is None else self.programs._p_read(stmt)
 
-    def _p_page(self, stmt: Callable[[Dialect], Stmt]) -> Program[tuple[list[Row], Bases | None]]:
-        rows = yield from self.programs._p_read(stmt)
-        keys = tail_keys(rows)
-        bases = (yield from self.programs._p_tail_bases(keys)) if keys else None
-        return rows, bases
-
-    def tuples(self, rows: list[Row], bases: Bases | None = None) -> Iterator[CheckpointTuple]:
+    def tuples(self, rows: list[Row]) -> Iterator[CheckpointTuple]:
         """The page's checkpoints, each decoded when reached (a corrupt one hides none
         before it); then where the next page starts, or that there is none."""
         size = page_limit_of(rows) or self.size  # a small thread comes whole in one page
@@ -648,7 +636,6 @@ class ListPager:
             programs._dialect,
             programs.value_cache,
             programs._read_context(),
-            bases,
         ):
             count += 1
             yield last

@@ -24,7 +24,7 @@ from checkpointer.savers.sql.records import (
     metadata_escaped,
     write_value,
 )
-from checkpointer.savers.sql.tails import TAIL_PREFIX, BaseKey, Bases, load_stored, load_tail
+from checkpointer.savers.sql.tails import TAIL_PREFIX, BaseKey, load_stored, load_tail
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import fast_loader_of
 from checkpointer.serde.located import ValueLocation, is_located, load_at, plain_batch_loader
@@ -74,14 +74,39 @@ def _tuples_sql(d: Dialect, page_sql: str, single: bool = False) -> str:
         f"{d.null('bytes')} AS data, {d.typed('t.checkpoint', 'text')} AS rec, "
         f"{d.typed('t.metadata', 'text')} AS meta FROM t "
         "UNION ALL "
-        f"SELECT t.k, 1, bl.channel, {d.versions_value('v')}, NULL, bl.type, NULL, bl.blob, "
-        f"NULL, NULL FROM t {d.versions_join('t.checkpoint', 'v')} "
+        f"SELECT t.k, 1, bl.channel, {d.versions_value('v')}, bl.base_version, bl.type, NULL, "
+        f"bl.blob, NULL, NULL FROM t {d.versions_join('t.checkpoint', 'v')} "
         + d.lookup(
             d.blobs,
             "bl",
-            "bl.channel, bl.type, bl.blob",
+            "bl.channel, bl.type, bl.blob, bl.base_version",
             "bl.thread_id = t.thread_id AND bl.checkpoint_ns = t.checkpoint_ns "
             f"AND bl.channel = v.key AND bl.version = {d.versions_value('v')}",
+        )
+        + " "
+        # The bases of the tail rows (`tails.py`), each once: found by the tails' type
+        # (read before their bytes), so whole rows are not read again.
+        "UNION ALL "
+        f"SELECT {d.null('int')}, 3, b.channel, b.version, b.thread_id, b.type, NULL, "
+        "b.blob, b.checkpoint_ns, NULL FROM (SELECT DISTINCT tl.thread_id, tl.checkpoint_ns, "
+        f"tl.channel, tl.base_version FROM t {d.versions_join('t.checkpoint', 'v')} "
+        + d.lookup(
+            d.blobs,
+            "tl",
+            "tl.thread_id, tl.checkpoint_ns, tl.channel, tl.base_version",
+            "tl.thread_id = t.thread_id AND tl.checkpoint_ns = t.checkpoint_ns "
+            f"AND tl.channel = v.key AND tl.version = {d.versions_value('v')} "
+            f"AND substr(tl.type, 1, {len(TAIL_PREFIX)}) = '{TAIL_PREFIX}' "
+            "AND tl.base_version IS NOT NULL",
+        )
+        + ") x "
+        + d.lookup(
+            d.blobs,
+            "b",
+            "b.channel, b.version, b.thread_id, b.type, b.blob, b.checkpoint_ns",
+            "b.thread_id = x.thread_id AND b.checkpoint_ns = x.checkpoint_ns "
+            "AND b.channel = x.channel AND b.version = x.base_version "
+            "AND b.base_version IS NULL",
         )
         + " "
         "UNION ALL "
@@ -296,22 +321,12 @@ def read_context(serde: Serializer, d: Dialect) -> ReadContext:
     )
 
 
-def tail_keys(rows: Sequence[Row]) -> list[BaseKey]:
-    """The tail rows (`tails.py`) among `_tuples_sql` rows, whose bases must be read."""
-    found = [r for r in rows if r[1] == 1 and r[5].startswith(TAIL_PREFIX)]
-    if not found:
-        return []
-    where = {r[0]: (r[2], r[3]) for r in rows if r[1] == 0}
-    return [(*where[r[0]], r[2], r[3]) for r in found]
-
-
 def decode_tuples(
     rows: Iterable[Row],
     serde: Serializer,
     d: Dialect,
     cache: ValueCache | None = None,
     context: ReadContext | None = None,
-    bases: Bases | None = None,
 ) -> Iterator[CheckpointTuple]:
     """Rows of `_tuples_sql` to tuples, newest first, one at a time: a checkpoint that
     cannot be read raises only when it is reached, so `list()` still yields every newer one
@@ -319,11 +334,11 @@ def decode_tuples(
 
     Row: (k, kind, a, b, c, d, n, data, rec, meta): `k` numbers the checkpoint in the page;
     kind 0 is the checkpoint (a, b, c = thread, ns, id; d = parent id; n = page limit), 1 a
-    blob (a = channel, b = version, d = type), 2 a pending write (a = task_path, b = task_id,
-    c = channel, d = type, n = idx). The rows come in any order: they are grouped per
-    checkpoint here, writes in the order they were applied.
-
-    `bases`: the bases of the tail rows among them (`tails.bases_stmt` for `tail_keys`).
+    blob (a = channel, b = version, c = base version of a tail row, d = type), 2 a pending
+    write (a = task_path, b = task_id, c = channel, d = type, n = idx), 3 the base of tail
+    rows (`tails.py`; a = channel, b = version, c = thread, d = type, rec = namespace). The
+    rows come in any order: they are grouped per checkpoint here, writes in the order they
+    were applied.
 
     Records and metadata come as JSON text on every dialect (PostgreSQL's jsonb as text:
     parsed here by `records.loads_json`, not by the driver's json.loads, and metadata
@@ -332,10 +347,20 @@ def decode_tuples(
     heads: list[Row] = []
     blobs_of: dict[int, list[Row]] = {}
     writes_of: dict[int, list[Row]] = {}
+    whole: dict[BaseKey, tuple[str, bytes]] | None = None
     for row in rows:
         kind = row[1]
         if kind == 0:
             heads.append(row)
+            continue
+        if kind == 3:
+            if whole is None:
+                whole = {}
+            raw = row[7]
+            whole[(row[4], row[8], row[2], row[3])] = (
+                row[5],
+                raw if type(raw) is bytes else bytes(raw),
+            )
             continue
         groups = blobs_of if kind == 1 else writes_of
         group = groups.get(row[0])
@@ -385,11 +410,12 @@ def decode_tuples(
             for row in blob_rows:
                 channel, version = row[2], row[3]
                 data = (row[5], row[7] if type(row[7]) is bytes else bytes(row[7]))
-                if bases is not None and data[0].startswith(TAIL_PREFIX):
+                if row[4] is not None:  # a tail row
+                    base = None if whole is None else whole.get((thread_id, ns, channel, row[4]))
                     values[channel] = load_tail(
                         (thread_id, ns, channel, version),
                         data,
-                        bases,
+                        None if base is None else (row[4], base),
                         partial(load_stored, fast, cache, read, located, thread_id, ns, channel),
                         {**where, "channel": channel, "version": version},
                     )

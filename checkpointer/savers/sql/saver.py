@@ -47,7 +47,6 @@ from checkpointer.savers.sql.reads import (
     ListQuery,
     decode_tuples,
     get_tuple_stmt,
-    tail_keys,
 )
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import database_default_serializer
@@ -131,16 +130,8 @@ class SyncSqlSaver(SqlPrograms, BaseCheckpointSaver):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         rows = self._read(lambda d: get_tuple_stmt(d, config))
-        keys = tail_keys(rows)
         return next(
-            decode_tuples(
-                rows,
-                self.serde,
-                self._dialect,
-                self.value_cache,
-                self._read_context(),
-                self._drive(self._p_tail_bases(keys)) if keys else None,
-            ),
+            decode_tuples(rows, self.serde, self._dialect, self.value_cache, self._read_context()),
             None,
         )
 
@@ -159,10 +150,7 @@ class SyncSqlSaver(SqlPrograms, BaseCheckpointSaver):
         pager = ListPager(self, query)
         while (stmt := pager.next_stmt()) is not None:
             # No lock and no connection is held while the caller consumes the page.
-            rows = self._read(stmt)
-            keys = tail_keys(rows)
-            bases = self._drive(self._p_tail_bases(keys)) if keys else None
-            yield from pager.tuples(rows, bases)
+            yield from pager.tuples(self._read(stmt))
 
     def put(
         self,
@@ -347,7 +335,7 @@ class AsyncSqlSaver(SqlPrograms, BaseCheckpointSaver):
     ) -> AsyncIterator[CheckpointTuple]:
         pager = ListPager(self, ListQuery.from_args(config, filter, before, limit))
         while (program := pager.next_page()) is not None:
-            for tup in pager.tuples(*await self._adrive(program)):
+            for tup in pager.tuples(await self._adrive(program)):
                 yield tup
 
     async def aput(

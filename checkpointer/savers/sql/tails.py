@@ -37,6 +37,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 from checkpointer.errors import CorruptValueError
@@ -172,9 +173,22 @@ class ListTails:
                 items[1],
                 base.version,
                 base.stored_size,
-                lambda: finish((tag, raw)),
+                partial(self._whole, key, version, raw, start, count, finish),
             )
-        stored = finish((tag, raw))
+        return self._whole(key, version, raw, start, count, finish)
+
+    def _whole(
+        self,
+        key: tuple[str, str, str],
+        version: str,
+        raw: bytes,
+        start: int,
+        count: int,
+        finish: Callable[[Typed], Typed],
+    ) -> Typed:
+        """The stored form of a list written whole, remembered as the next base (also when
+        a tail was refused: its remembered base is gone)."""
+        stored = finish((TAG_MSGPACK, raw))
         if len(raw) - start >= MIN_BASE_BYTES:
             self._remember(key, _Base(version, raw[start:], count, len(stored[1])))
         return stored
@@ -310,20 +324,19 @@ def load_stored(
 def load_tail(
     key: BaseKey,
     data: Typed,
-    bases: Bases | None,
+    base: tuple[str, Typed] | None,
     load: Callable[[Typed, str, bool], Any],
     where: Mapping[str, Any],
 ) -> list[Any]:
-    """The value of the tail row `data` at `key`: its base's list, then its items.
-    `load(pair, version, keep)` reads a stored pair of the key's channel at `version` (a
-    base is kept decoded: many tails share it)."""
-    found = bases.get(key) if bases else None
-    if found is None:
+    """The value of the tail row `data` at `key`: its base's list, then its items. `base`:
+    (its version, its stored pair), None if it was not found. `load(pair, version, keep)`
+    reads a stored pair of the key's channel at `version` (a base is kept decoded: many
+    tails share it)."""
+    if base is None:
         raise missing_base(key, where)
-    base_version, base_data = found
-    base = load(base_data, base_version, True)
+    base_value = load(base[1], base[0], True)
     items = load((items_tag(data[0]), data[1]), key[3], False)
-    return compose(base, items, where)
+    return compose(base_value, items, where)
 
 
 def bases_plan(d: Dialect, keys: Iterable[BaseKey]) -> Plan[Bases]:
