@@ -23,6 +23,7 @@ from checkpointer.savers.postgres import PostgresSaver
 from checkpointer.savers.sql.tails import (
     MIN_BASE_BYTES,
     TAIL_PREFIX,
+    TAILS_KEY,
     ListTails,
     list_codec,
 )
@@ -82,6 +83,7 @@ class _Thread:
             got = self.saver.get_tuple(config)
             assert got is not None
             assert got.checkpoint["channel_values"]["messages"] == value, checkpoint_id
+            assert TAILS_KEY not in got.checkpoint  # the record's hint stays inside
         listed = {
             t.config["configurable"]["checkpoint_id"]: t.checkpoint["channel_values"]["messages"]
             for t in self.saver.list(make_config(self.thread_id))
@@ -124,6 +126,7 @@ class _Raw:
     def run_sql(self, sql: str, *params: Any) -> list[Any]:
         prefix = f'"{self._schema}".' if self._schema else ""
         sql = sql.replace("{blobs}", f"{prefix}checkpointer_blobs").replace("?", self._p)
+        sql = sql.replace("{checkpoints}", f"{prefix}checkpointer_checkpoints")
         conn = self._connect()
         try:
             rows = conn.execute(sql, params).fetchall() if "SELECT" in sql else []
@@ -212,6 +215,27 @@ def test_a_tail_of_a_base_gone_is_written_whole(sync_saver: Any) -> None:
     for checkpoint_id, value in thread.expected.items():
         got = sync_saver.get_tuple(make_config(thread.thread_id, checkpoint_id=checkpoint_id))
         assert got.checkpoint["channel_values"]["messages"] == value
+
+
+def test_tails_without_hints_read_their_bases_in_a_second_statement(sync_saver: Any) -> None:
+    """A record that does not name the bases of its tails (hints are only a shortcut)."""
+    thread = _Thread(sync_saver)
+    thread.grow(20)
+    for _ in range(5):
+        thread.grow(1)
+    if sync_saver._schema:
+        sync_saver.run_sql("UPDATE {checkpoints} SET checkpoint = checkpoint - '__tails__'")
+    else:
+        sync_saver.run_sql(
+            "UPDATE {checkpoints} SET checkpoint = json_remove(checkpoint, '$.__tails__')"
+        )
+    text = "checkpoint::text" if sync_saver._schema else "checkpoint"
+    hinted = f"SELECT count(*) FROM {{checkpoints}} WHERE strpos({text}, ?) > 0"
+    if not sync_saver._schema:
+        hinted = hinted.replace("strpos", "instr")
+    assert sync_saver.run_sql(hinted, TAILS_KEY) == [(0,)]
+    sync_saver.value_cache.clear()
+    thread.check()
 
 
 def test_a_tail_whose_base_is_missing_names_the_value(sync_saver: Any) -> None:

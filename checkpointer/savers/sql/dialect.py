@@ -103,6 +103,11 @@ class Dialect:
     def versions_value(self, alias: str) -> str:
         return f"{alias}.value"
 
+    def hints_join(self, record: str, alias: str) -> str:
+        """A FROM fragment listing `record`'s tail hints (`tails.TAILS_KEY`) as rows
+        (`alias`.key = channel, .value = base version); none when it has none."""
+        raise NotImplementedError
+
     def version_of(self, record: str, channel: str) -> str:
         """The version text of `channel` (an SQL expression) in a checkpoint record."""
         raise NotImplementedError

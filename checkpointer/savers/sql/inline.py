@@ -50,6 +50,8 @@ SCALAR_TYPES = frozenset((type(None), bool, int, str))
 
 Inline = dict[str, Any]
 Versions = Mapping[str, Any]
+Parent = tuple[Versions, Inline, Mapping[str, str]]
+"""A parent checkpoint as a put needs it: versions, inline values, tail hints (`tails.py`)."""
 
 
 def serde_inlines(serde: Serializer) -> bool:
@@ -74,13 +76,11 @@ def inlinable(value: Any) -> bool:
     return value is None or kind is bool
 
 
-def carried(
-    parent: tuple[Versions, Inline] | None, versions: Versions, unchanged: set[str]
-) -> Inline:
+def carried(parent: Parent | None, versions: Versions, unchanged: set[str]) -> Inline:
     """The parent's inline values of the `unchanged` channels still at the same version."""
     if parent is None:
         return {}
-    parent_versions, parent_inline = parent
+    parent_versions, parent_inline = parent[0], parent[1]
     return {
         ch: value
         for ch, value in parent_inline.items()
@@ -163,22 +163,28 @@ def inline_at_versions(
 
 
 class RecentInline:
-    """The versions and inline values of the checkpoints a saver wrote last, by (thread,
-    namespace, checkpoint id): the next `put` on one of them carries its values forward
+    """The versions, inline values and tail hints of the checkpoints a saver wrote last, by
+    (thread, namespace, checkpoint id): the next `put` on one of them carries them forward
     without reading the parent's record back. Bounded; cleared by deletes."""
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._entries: OrderedDict[tuple[str, str, str], tuple[Versions, Inline]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str, str], Parent] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, str]) -> tuple[Versions, Inline] | None:
+    def get(self, key: tuple[str, str, str]) -> Parent | None:
         with self._lock:
             return self._entries.get(key)
 
-    def remember(self, key: tuple[str, str, str], versions: Versions, inline: Inline) -> None:
+    def remember(
+        self,
+        key: tuple[str, str, str],
+        versions: Versions,
+        inline: Inline,
+        tails: Mapping[str, str] | None = None,
+    ) -> None:
         with self._lock:
-            self._entries[key] = (dict(versions), inline)
+            self._entries[key] = (dict(versions), inline, tails or {})
             self._entries.move_to_end(key)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)

@@ -31,7 +31,7 @@ from checkpointer.savers.sql.summaries import (
     refresh_summaries_stmts,
     summary_merge,
 )
-from checkpointer.savers.sql.tails import TailRow, whole_row
+from checkpointer.savers.sql.tails import TAILS_KEY, TailRow, whole_row
 
 _CASTS = {
     "text": "text",
@@ -258,6 +258,12 @@ class PostgresDialect(Dialect):
         if self.json_guarded:
             versions = f"CASE WHEN jsonb_typeof({versions}) = 'object' THEN {versions} END"
         return f"CROSS JOIN LATERAL jsonb_each_text({versions}) AS {alias}"
+
+    def hints_join(self, record: str, alias: str) -> str:
+        hints = f"{record} -> '{TAILS_KEY}'"
+        if self.json_guarded:
+            hints = f"CASE WHEN jsonb_typeof({hints}) = 'object' THEN {hints} END"
+        return f"CROSS JOIN LATERAL jsonb_each_text({hints}) AS {alias}"
 
     def version_of(self, record: str, channel: str) -> str:
         return f"({record} -> 'channel_versions' ->> {channel})"

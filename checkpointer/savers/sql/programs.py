@@ -57,7 +57,7 @@ from checkpointer.savers.sql.delta import (
 from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK
 from checkpointer.savers.sql.delta_sql import WALK_BOUND_REACHED
 from checkpointer.savers.sql.dialect import Dialect
-from checkpointer.savers.sql.inline import RecentInline, serde_inlines
+from checkpointer.savers.sql.inline import Parent, RecentInline, serde_inlines
 from checkpointer.savers.sql.inline import carried as inline_carried
 from checkpointer.savers.sql.migration import check_revision
 from checkpointer.savers.sql.plan import (
@@ -81,9 +81,11 @@ from checkpointer.savers.sql.puts import (
 from checkpointer.savers.sql.reads import (
     ListQuery,
     ReadContext,
+    base_rows,
     decode_tuples,
     get_tuple_stmt,
     list_page_stmt,
+    missing_bases,
     page_limit_of,
     read_context,
 )
@@ -236,10 +238,18 @@ class SqlPrograms:
 
     def _p_get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
         rows = yield from self._p_read(lambda d: get_tuple_stmt(d, config))
+        rows = yield from self._p_with_bases(rows)
         return next(
             decode_tuples(rows, self.serde, self._dialect, self.value_cache, self._read_context()),
             None,
         )
+
+    def _p_with_bases(self, rows: list[Row]) -> Program[list[Row]]:
+        """`rows` of `reads._tuples_sql`, with the bases it could not bring (tails.py)."""
+        missing = missing_bases(rows)
+        if not missing:
+            return rows
+        return rows + base_rows((yield from self._p_tail_bases(missing)))
 
     def _p_tail_bases(self, keys: Iterable[BaseKey]) -> Program[Bases]:
         """The bases of tail rows (`tails.py`), for the decoders."""
@@ -258,6 +268,7 @@ class SqlPrograms:
         thread_id, ns, parent_id = config_address(config)
         check_put_ids(checkpoint, metadata)
         carried: dict[str, Any] | None = None
+        carried_hints: dict[str, str] | None = None
         restore = None
         unchanged = unchanged_channels(checkpoint, new_versions)
         if not inlines:  # only a value held here can need storing (`unstored.py`)
@@ -269,6 +280,12 @@ class SqlPrograms:
             if parent_id is not None:
                 parent = yield from self._p_parent_inline(thread_id, ns, parent_id)
             carried = inline_carried(parent, versions, unchanged) if inlines else {}
+            if parent is not None and parent[2]:  # tails.TAILS_KEY, for unchanged values
+                carried_hints = {
+                    ch: base
+                    for ch, base in parent[2].items()
+                    if ch in unchanged and ch in versions and parent[0].get(ch) == versions[ch]
+                }
             # Unchanged channels at a version the parent's record does not hold (a copy
             # written beside its original, a re-put, a root or orphan with values): their
             # values are wherever that version was stored, maybe inline in another record,
@@ -287,7 +304,7 @@ class SqlPrograms:
             unversioned = unversioned_inline(checkpoint, new_versions)
             if unversioned:
                 carried = {**(carried or {}), **unversioned}
-        op, next_config, inline = put_op(
+        op, next_config, inline, hints = put_op(
             self._dialect,
             self.serde,
             config,
@@ -299,19 +316,18 @@ class SqlPrograms:
             inlines=inlines,
             located=located,
             tails=self._list_tails,
+            carried_hints=carried_hints,
         )
         yield op
         # The versions steer the next put's carry (and its inline values, when kept).
         self._recent_inline.remember(
-            (thread_id, ns, checkpoint["id"]), checkpoint["channel_versions"], inline
+            (thread_id, ns, checkpoint["id"]), checkpoint["channel_versions"], inline, hints
         )
         return next_config
 
-    def _p_parent_inline(
-        self, thread_id: str, ns: str, parent_id: str
-    ) -> Program[tuple[Mapping[str, Any], dict[str, Any]] | None]:
-        """The parent's versions and inline values: remembered from the last puts, or read
-        back (None when there is no such checkpoint)."""
+    def _p_parent_inline(self, thread_id: str, ns: str, parent_id: str) -> Program[Parent | None]:
+        """The parent's versions, inline values and tail hints: remembered from the last
+        puts, or read back (None when there is no such checkpoint)."""
         parent = self._recent_inline.get((thread_id, ns, parent_id))
         if parent is None:
             rows = yield from self._p_read(lambda d: record_stmt(d, thread_id, ns, parent_id))
@@ -622,7 +638,11 @@ class ListPager:
     def next_page(self) -> Program[list[Row]] | None:
         """The read of the next page, or None when the listing is complete."""
         stmt = self.next_stmt()
-        return None if stmt is None else self.programs._p_read(stmt)
+        return None if stmt is None else self._p_page(stmt)
+
+    def _p_page(self, stmt: Callable[[Dialect], Stmt]) -> Program[list[Row]]:
+        rows = yield from self.programs._p_read(stmt)
+        return (yield from self.programs._p_with_bases(rows))
 
     def tuples(self, rows: list[Row]) -> Iterator[CheckpointTuple]:
         """The page's checkpoints, each decoded when reached (a corrupt one hides none

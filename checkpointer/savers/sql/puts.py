@@ -21,6 +21,7 @@ from checkpointer.savers.base import (
 from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.inline import (
     Inline,
+    Parent,
     from_sql,
     inlinable,
     inline_probe,
@@ -36,7 +37,7 @@ from checkpointer.savers.sql.records import (
     json_object,
     version_text,
 )
-from checkpointer.savers.sql.tails import ListTails, TailRow, list_codec
+from checkpointer.savers.sql.tails import ListTails, TailRow, hints_of, list_codec
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located
 from checkpointer.types import (
@@ -78,7 +79,8 @@ def put_op(
     inlines: bool | None = None,
     located: bool | None = None,
     tails: ListTails | None = None,
-) -> tuple[Op[None], RunnableConfig, Inline]:
+    carried_hints: Mapping[str, str] | None = None,
+) -> tuple[Op[None], RunnableConfig, Inline, dict[str, str]]:
     """Serialize only the channels in `new_versions` that have a value; the checkpoint row
     records every version, so unchanged channels keep pointing at their older values.
 
@@ -88,7 +90,9 @@ def put_op(
     (version, value) of unchanged channels whose value may not be stored yet, written as
     value rows if absent (`unstored.py`). `inlines` / `located`: `serde_inlines(serde)` and
     `is_located(serde)`, when the caller knows them. `tails`: the saver's memory of the
-    lists it wrote, to write a grown list as what it gained (`tails.py`)."""
+    lists it wrote, to write a grown list as what it gained (`tails.py`); `carried_hints`:
+    the parent's tail hints of the unchanged channels. Returns the op, the new config, the
+    record's inline values and its tail hints."""
     if inlines is None:
         inlines = serde_inlines(serde)
     if located is None:
@@ -145,12 +149,15 @@ def put_op(
         ]
     meta_text = d.check_metadata(encode_metadata(metadata))
     run_id = metadata.get("run_id")
+    hints = dict(carried_hints or {})
+    hints.update((t.channel, t.base_version) for t in tail_rows)
     record = encode_record(
         checkpoint,
         inline,
         partial(make_seal, serde, thread_id, ns, checkpoint_id, parent_id=parent_id)
         if located
         else None,
+        hints,
     )
     where = f"in checkpoint {checkpoint_id!r}"
     check_stored_sizes(((ch, t, data) for ch, _, t, data in blobs), where)
@@ -174,7 +181,7 @@ def put_op(
             tail_rows,
         )
     )
-    return op, make_config(thread_id, ns, checkpoint_id), inline
+    return op, make_config(thread_id, ns, checkpoint_id), inline, hints
 
 
 def _checked_whole(tail: TailRow, where: str) -> tuple[str, bytes]:
@@ -189,16 +196,18 @@ def unchanged_channels(checkpoint: Checkpoint, new_versions: ChannelVersions) ->
     return {ch for ch in checkpoint["channel_versions"] if ch not in new_versions}
 
 
-def record_versions_and_inline(
-    rows: Sequence[Row], where: Where
-) -> tuple[Mapping[str, Any], Inline] | None:
-    """A `record_stmt` result: the checkpoint's versions and inline values (None if there
-    is no such checkpoint)."""
+def record_versions_and_inline(rows: Sequence[Row], where: Where) -> Parent | None:
+    """A `record_stmt` result: the checkpoint's versions, inline values and tail hints
+    (None if there is no such checkpoint)."""
     if not rows:
         return None
     fields = json_object(rows[0][0], "checkpoint record", where)
     versions = fields.get("channel_versions")
-    return (versions if type(versions) is dict else {}), read_inline(fields, where) or {}
+    return (
+        (versions if type(versions) is dict else {}),
+        read_inline(fields, where) or {},
+        hints_of(fields),
+    )
 
 
 def record_stmt(d: Dialect, thread_id: str, ns: str, checkpoint_id: str) -> Stmt:

@@ -24,7 +24,7 @@ from checkpointer.savers.sql.records import (
     metadata_escaped,
     write_value,
 )
-from checkpointer.savers.sql.tails import TAIL_PREFIX, BaseKey, load_stored, load_tail
+from checkpointer.savers.sql.tails import BaseKey, Bases, load_stored, load_tail
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import fast_loader_of
 from checkpointer.serde.located import ValueLocation, is_located, load_at, plain_batch_loader
@@ -84,29 +84,18 @@ def _tuples_sql(d: Dialect, page_sql: str, single: bool = False) -> str:
             f"AND bl.channel = v.key AND bl.version = {d.versions_value('v')}",
         )
         + " "
-        # The bases of the tail rows (`tails.py`), each once: found by the tails' type
-        # (read before their bytes), so whole rows are not read again.
+        # The bases of the values stored as tails (`tails.py`), each once, as the
+        # records' hints name them (a tail without one: `missing_bases`).
         "UNION ALL "
         f"SELECT {d.null('int')}, 3, b.channel, b.version, b.thread_id, b.type, NULL, "
-        "b.blob, b.checkpoint_ns, NULL FROM (SELECT DISTINCT tl.thread_id, tl.checkpoint_ns, "
-        f"tl.channel, tl.base_version FROM t {d.versions_join('t.checkpoint', 'v')} "
-        + d.lookup(
-            d.blobs,
-            "tl",
-            "tl.thread_id, tl.checkpoint_ns, tl.channel, tl.base_version",
-            "tl.thread_id = t.thread_id AND tl.checkpoint_ns = t.checkpoint_ns "
-            f"AND tl.channel = v.key AND tl.version = {d.versions_value('v')} "
-            f"AND substr(tl.type, 1, {len(TAIL_PREFIX)}) = '{TAIL_PREFIX}' "
-            "AND tl.base_version IS NOT NULL",
-        )
-        + ") x "
+        "b.blob, b.checkpoint_ns, NULL FROM (SELECT DISTINCT t.thread_id, t.checkpoint_ns, "
+        f"h.key AS channel, h.value AS base FROM t {d.hints_join('t.checkpoint', 'h')}) x "
         + d.lookup(
             d.blobs,
             "b",
             "b.channel, b.version, b.thread_id, b.type, b.blob, b.checkpoint_ns",
             "b.thread_id = x.thread_id AND b.checkpoint_ns = x.checkpoint_ns "
-            "AND b.channel = x.channel AND b.version = x.base_version "
-            "AND b.base_version IS NULL",
+            "AND b.channel = x.channel AND b.version = x.base AND b.base_version IS NULL",
         )
         + " "
         "UNION ALL "
@@ -319,6 +308,42 @@ def read_context(serde: Serializer, d: Dialect) -> ReadContext:
         metadata_escaped(d),
         type(d).decode_write_key is Dialect.decode_write_key,
     )
+
+
+def missing_bases(rows: Sequence[Row]) -> list[BaseKey]:
+    """The tail rows among `_tuples_sql` rows whose base the statement did not bring
+    (their record has no hint: written before hints, or carried past a parent unknown):
+    `tails.bases_plan` reads them, `base_rows` adds them."""
+    tails = [r for r in rows if r[1] == 1 and r[4] is not None]
+    if not tails:
+        return []
+    have = {(r[4], r[8], r[2], r[3]) for r in rows if r[1] == 3}
+    at = {r[0]: (r[2], r[3]) for r in rows if r[1] == 0}
+    out = []
+    for r in tails:
+        thread_id, ns = at[r[0]]
+        if (thread_id, ns, r[2], r[4]) not in have:
+            out.append((thread_id, ns, r[2], r[3]))
+    return out
+
+
+def base_rows(bases: Bases) -> list[Row]:
+    """`bases` as the rows `_tuples_sql` gives bases in (kind 3)."""
+    rows: dict[tuple[str, str, str, str], Row] = {}
+    for (thread_id, ns, channel, _), (version, (tag, blob)) in bases.items():
+        rows[(thread_id, ns, channel, version)] = (
+            None,
+            3,
+            channel,
+            version,
+            thread_id,
+            tag,
+            None,
+            blob,
+            ns,
+            None,
+        )
+    return list(rows.values())
 
 
 def decode_tuples(

@@ -27,6 +27,7 @@ from checkpointer.savers.sql.inline import (
     stored_form,
 )
 from checkpointer.savers.sql.record_seal import SEAL_KEY
+from checkpointer.savers.sql.tails import TAILS_KEY
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, is_located, load_at
 from checkpointer.types import (
@@ -39,16 +40,20 @@ def encode_record(
     checkpoint: Checkpoint,
     inline: Mapping[str, Any] | None = None,
     seal: Callable[[Mapping[str, Any]], list[str]] | None = None,
+    tails: Mapping[str, str] | None = None,
 ) -> str:
     """The checkpoint minus its values (and its id, which is a column), as JSON text, with
-    the small scalar values `inline` (see `inline.py`) if any, and the record's seal
-    (`record_seal.py`) when `seal` is given."""
+    the small scalar values `inline` (see `inline.py`) if any, the hints of values stored
+    as tails (`tails.TAILS_KEY`) if any, and the record's seal (`record_seal.py`) when
+    `seal` is given."""
     try:
         if seal is None:  # built in stored order: inline values first (see `record_json`)
             record: dict[str, Any] = {INLINE_KEY: inline} if inline else {}
             for k, v in checkpoint.items():
                 if k != "channel_values" and k != "id":
                     record[k] = v
+            if tails:
+                record[TAILS_KEY] = tails
             return _encode_record(record)
         record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
         if inline:
@@ -194,6 +199,8 @@ def decode_checkpoint(
         verify(fields)
     elif SEAL_KEY in fields:
         del fields[SEAL_KEY]
+    if TAILS_KEY in fields:
+        del fields[TAILS_KEY]
     inline = fields.get(INLINE_KEY)
     if inline is not None:
         if (

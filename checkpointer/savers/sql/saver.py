@@ -47,6 +47,7 @@ from checkpointer.savers.sql.reads import (
     ListQuery,
     decode_tuples,
     get_tuple_stmt,
+    missing_bases,
 )
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import database_default_serializer
@@ -130,6 +131,8 @@ class SyncSqlSaver(SqlPrograms, BaseCheckpointSaver):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         rows = self._read(lambda d: get_tuple_stmt(d, config))
+        if missing_bases(rows):  # tails whose records name no base (see `tails.py`)
+            rows = self._drive(self._p_with_bases(rows))
         return next(
             decode_tuples(rows, self.serde, self._dialect, self.value_cache, self._read_context()),
             None,
@@ -150,7 +153,10 @@ class SyncSqlSaver(SqlPrograms, BaseCheckpointSaver):
         pager = ListPager(self, query)
         while (stmt := pager.next_stmt()) is not None:
             # No lock and no connection is held while the caller consumes the page.
-            yield from pager.tuples(self._read(stmt))
+            rows = self._read(stmt)
+            if missing_bases(rows):  # tails whose records name no base (see `tails.py`)
+                rows = self._drive(self._p_with_bases(rows))
+            yield from pager.tuples(rows)
 
     def put(
         self,

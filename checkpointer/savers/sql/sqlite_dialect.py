@@ -18,7 +18,7 @@ from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_
 from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
 from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
 from checkpointer.savers.sql.summaries import SUMMARY_CLOCK_SECONDS, refresh_summaries_stmts
-from checkpointer.savers.sql.tails import TailRow, whole_row
+from checkpointer.savers.sql.tails import TAILS_KEY, TailRow, whole_row
 
 SQLITE_TS_FORMAT = "%Y-%m-%d %H:%M:%f"
 """What SQLite's strftime writes and the summary table stores (UTC, milliseconds)."""
@@ -109,6 +109,13 @@ class SqliteDialect(Dialect):
 
     def versions_join(self, record: str, alias: str) -> str:
         return f"CROSS JOIN json_each({self._json(record)}, '$.channel_versions') AS {alias}"
+
+    def hints_join(self, record: str, alias: str) -> str:
+        # Found in the text before any parse: most records have none.
+        return (
+            f"CROSS JOIN json_each(CASE WHEN instr({record}, '\"{TAILS_KEY}\"') THEN "
+            f"{self._json(record)} END, '$.{TAILS_KEY}') AS {alias}"
+        )
 
     def versions_value(self, alias: str) -> str:
         # Integer versions come back as numbers; blob keys hold their text.

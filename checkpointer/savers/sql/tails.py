@@ -53,6 +53,12 @@ from checkpointer.serde.value_types import TAG_MSGPACK
 
 Typed = tuple[str, bytes]
 
+TAILS_KEY: Final = "__tails__"
+"""A checkpoint record's hint {channel: base version} for its values stored as tails, so
+that a read fetches their bases in its one statement. Only a hint: a tail row's
+`base_version` is what counts (a tail without a hint costs a second statement, a hint
+without a tail an unused row)."""
+
 TAIL_PREFIX: Final = "tail+"
 """Leads the type of a tail row: `tail+msgpack`, `tail+msgpack+zstd`."""
 
@@ -67,6 +73,14 @@ n/16 items: for a list growing by one item a step, about 1/8 of the bytes writte
 
 REMEMBERED_BYTES: Final = 32 * 1024 * 1024
 """What the bases remembered for puts may hold in all (the oldest are forgotten first)."""
+
+
+def hints_of(fields: Mapping[str, Any]) -> dict[str, str]:
+    """The tail hints of a parsed checkpoint record ({} if none, or malformed)."""
+    hints = fields.get(TAILS_KEY)
+    if type(hints) is not dict:
+        return {}
+    return {ch: b for ch, b in hints.items() if type(b) is str}
 
 
 def is_tail(tag: str) -> bool:
