@@ -190,7 +190,7 @@ def seed_checkpoint(d: Dialect, i: int) -> str:
     return d.lookup(
         d.checkpoints,
         "pc",
-        "pc.checkpoint",
+        "pc.checkpoint, pc.checkpoint_id",
         f"{in_namespace(d, 'pc')} AND pc.seq = r.s{i}",
     )
 
@@ -206,7 +206,8 @@ def blob_seed_sql(d: Dialect, i: int) -> str:
         f"AND bl.version = {d.version_of('pc.checkpoint', ch)}",
     )
     return (
-        f"SELECT 0, r.k, {d.text(ch)}, NULL, NULL, NULL, bl.type, bl.blob, bl.version, "
+        f"SELECT 0, r.k, {d.text(ch)}, pc.checkpoint_id, NULL, NULL, bl.type, bl.blob, "
+        "bl.version, "
         f"NULL, NULL FROM runs r {seed_checkpoint(d, i)} {value} WHERE r.s{i} IS NOT NULL"
     )
 
@@ -216,7 +217,7 @@ def inline_seed_sql(d: Dialect, i: int) -> str:
     ch = d.p(f"ch{i}")
     kind, text = d.inline_value("pc.checkpoint", ch)
     return (
-        f"SELECT 0, r.k, {d.text(ch)}, NULL, NULL, NULL, NULL, NULL, "
+        f"SELECT 0, r.k, {d.text(ch)}, pc.checkpoint_id, NULL, NULL, NULL, NULL, "
         f"{d.version_of('pc.checkpoint', ch)}, {kind}, {text} "
         f"FROM runs r {seed_checkpoint(d, i)} WHERE r.s{i} IS NOT NULL "
         f"AND {d.inline_has('pc.checkpoint', ch, d.p(f'ik{i}'))}"

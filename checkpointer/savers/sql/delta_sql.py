@@ -26,8 +26,9 @@ WALK_RECORD = 3
 """Row kind carrying a passed checkpoint's record, to verify its seal."""
 
 ROW_COLUMNS = "kind, depth, channel, task_path, task_id, idx, type, blob, ref, ikind, itext"
-"""Every part's row: kind 0 a seed (ref = its version; an inline seed has no blob but
-(ikind, itext)), 1 a write (ref = the checkpoint it is pending on), and the check rows."""
+"""Every part's row: kind 0 a seed (ref = its version, task_path = the checkpoint holding
+it; an inline seed has no blob but (ikind, itext)), 1 a write (ref = the checkpoint it is
+pending on), and the check rows."""
 
 
 def history_params(
@@ -160,7 +161,7 @@ def blob_seed_sql(d: Dialect, i: int) -> str:
     )
     return (
         f"SELECT 0 AS kind, w.depth AS depth, {d.text(ch)} AS channel, "
-        f"{d.null('text')} AS task_path, {d.null('text')} AS task_id, "
+        f"w.checkpoint_id AS task_path, {d.null('text')} AS task_id, "
         f"{d.null('int')} AS idx, bl.type AS type, bl.blob AS blob, bl.version AS ref, "
         f"{d.null('text')} AS ikind, {d.null('text')} AS itext "
         f"FROM walk w {checkpoint_at(d, 'w.checkpoint_id')} {value} WHERE {seeded_here(d, i)}"
@@ -172,7 +173,7 @@ def inline_seed_sql(d: Dialect, i: int) -> str:
     ch = d.p(f"ch{i}")
     kind, text = d.inline_value("pc.checkpoint", ch)
     return (
-        f"SELECT 0, w.depth, {d.text(ch)}, NULL, NULL, NULL, NULL, NULL, "
+        f"SELECT 0, w.depth, {d.text(ch)}, w.checkpoint_id, NULL, NULL, NULL, NULL, "
         f"{d.version_of('pc.checkpoint', ch)}, {kind}, {text} "
         f"FROM walk w {checkpoint_at(d, 'w.checkpoint_id')} WHERE {seeded_here(d, i)} "
         f"AND {d.inline_has('pc.checkpoint', ch, d.p(f'ik{i}'))}"

@@ -57,6 +57,7 @@ from checkpointer.savers.sql.delta import (
 from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK
 from checkpointer.savers.sql.delta_sql import WALK_BOUND_REACHED
 from checkpointer.savers.sql.dialect import Dialect
+from checkpointer.savers.sql.history_reuse import HistoryReuse
 from checkpointer.savers.sql.inline import Parent, RecentInline, serde_inlines
 from checkpointer.savers.sql.inline import carried as inline_carried
 from checkpointer.savers.sql.migration import check_revision
@@ -182,6 +183,14 @@ class SqlPrograms:
         return tails
 
     @property
+    def _history_reuse(self) -> HistoryReuse:
+        """Delta histories just read, answering their ancestors' (`history_reuse.py`)."""
+        reuse: HistoryReuse | None = self.__dict__.get("_history_reuse_cache")
+        if reuse is None:
+            reuse = self.__dict__.setdefault("_history_reuse_cache", HistoryReuse())
+        return reuse
+
+    @property
     def value_cache(self) -> ValueCache:
         """Decompressed values read by this saver (see `serde.value_cache`), made on first
         use; `saver.value_cache.resize(0)` turns it off."""
@@ -267,6 +276,7 @@ class SqlPrograms:
         inlines, located = self._serde_traits()
         thread_id, ns, parent_id = config_address(config)
         check_put_ids(checkpoint, metadata)
+        self._history_reuse.forget((thread_id,))
         carried: dict[str, Any] | None = None
         carried_hints: dict[str, str] | None = None
         restore = None
@@ -359,6 +369,7 @@ class SqlPrograms:
     ) -> Program[None]:
         check_id(task_id, "task_id")
         check_id(task_path, "task_path")
+        self._history_reuse.forget((thread_id_of(config),))
         located = self._serde_traits()[1]
         op = put_writes_op(
             self._dialect, self.serde, config, writes, task_id, task_path, located=located
@@ -367,12 +378,14 @@ class SqlPrograms:
             yield op
 
     def _p_delete_thread(self, thread_id: str) -> Program[None]:
+        self._history_reuse.forget()  # histories may change (history_reuse.py)
         thread_id = check_id(thread_id, "thread_id")
         self._recent_inline.clear()  # its checkpoint ids may come back with other values
         self.value_cache.drop_threads((thread_id,))
         yield self._dialect.delete_thread_plan(thread_id)
 
     def _p_delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:
+        self._history_reuse.forget()  # histories may change (history_reuse.py)
         runs = check_ids(run_ids, "run_ids")
         if runs:
             yield Op(delete_for_runs_plan(self._dialect, runs), txn=True)
@@ -381,6 +394,7 @@ class SqlPrograms:
     def _p_copy_thread(
         self, source_thread_id: str, target_thread_id: str, replace: bool
     ) -> Program[None]:
+        self._history_reuse.forget()  # histories may change (history_reuse.py)
         source = check_id(source_thread_id, "source_thread_id")
         target = check_id(target_thread_id, "target_thread_id")
         if source == target:
@@ -397,6 +411,7 @@ class SqlPrograms:
         yield Op(copy_thread_guarded_plan(d, source, target, copy, replace=replace), txn=True)
 
     def _p_prune(self, thread_ids: Sequence[str], strategy: str) -> Program[None]:
+        self._history_reuse.forget()  # histories may change (history_reuse.py)
         validate_prune_strategy(strategy)
         threads = list(dict.fromkeys(check_ids(thread_ids, "thread_ids")))
         if not threads:
@@ -417,7 +432,14 @@ class SqlPrograms:
         out: dict[str, DeltaChannelHistory] = {}
         where = {"thread_id": thread_id_of(config), "checkpoint_ns": checkpoint_ns_of(config)}
         records = is_located(self.serde)  # verify the sealed records the walk passes
-        for chunk in delta_history_chunks(channels):
+        target = checkpoint_id_of(config)
+        chunks = delta_history_chunks(channels)
+        reuse = None if records or target is None or len(chunks) > 1 else self._history_reuse
+        if reuse is not None and target is not None:
+            known = reuse.answer(where["thread_id"], where["checkpoint_ns"], target, chunks[0])
+            if known is not None:
+                return known
+        for chunk in chunks:
             rows = None
             if not records:  # by runs (`delta_runs.py`) where they stand in for the walk
                 rows = yield from self._p_read(
@@ -444,11 +466,19 @@ class SqlPrograms:
             cache = self.value_cache
             keys = seed_tail_keys(rows, **where)
             bases = (yield from self._p_tail_bases(keys)) if keys else None
-            out.update(
-                decode_delta_history(
-                    rows, chunk, self.serde, self._dialect, **where, cache=cache, bases=bases
-                )
+            decode = partial(
+                _decode_history,
+                serde=self.serde,
+                d=self._dialect,
+                where=where,
+                cache=cache,
+                bases=bases,
             )
+            out.update(decode(rows, chunk))
+            if reuse is not None and target is not None:
+                reuse.remember(
+                    where["thread_id"], where["checkpoint_ns"], target, chunk, rows, decode
+                )
         return out
 
     # ------------------------------------------------------------ lifecycle
@@ -460,6 +490,7 @@ class SqlPrograms:
         dry_run: bool,
         now: datetime | None,
     ) -> Program[RetentionReport]:
+        self._history_reuse.forget()  # histories may change (history_reuse.py)
         policy = validate_policy(policy)
         if thread_ids is not None:
             thread_ids = check_ids(thread_ids, "thread_ids")
@@ -497,6 +528,7 @@ class SqlPrograms:
         *,
         spare_interrupted: bool,
     ) -> Program[builtins.list[ThreadOutcome]]:
+        self._history_reuse.forget()  # histories may change (history_reuse.py)
         d = self._dialect
         out: builtins.list[ThreadOutcome] = []
         for candidate in candidates:
@@ -523,6 +555,7 @@ class SqlPrograms:
         return out
 
     def _p_sweep_expired(self, now: datetime | None, dry_run: bool) -> Program[RetentionReport]:
+        self._history_reuse.forget()  # histories may change (history_reuse.py)
         at = resolve_now(now)
         d = self._dialect
         report = RetentionReport("delete threads past their TTL", dry_run)
@@ -610,6 +643,29 @@ class SqlPrograms:
         return (lambda d: list_page_stmt(d, query, after, size, remaining)), size
 
 
+def _decode_history(
+    rows: list[Row],
+    channels: Sequence[str],
+    *,
+    serde: Serializer,
+    d: Dialect,
+    where: Mapping[str, str],
+    cache: ValueCache,
+    bases: Any,
+) -> dict[str, DeltaChannelHistory]:
+    """`decode_delta_history` as `history_reuse` calls it again on part of the rows."""
+    return decode_delta_history(
+        rows,
+        channels,
+        serde,
+        d,
+        thread_id=where["thread_id"],
+        checkpoint_ns=where["checkpoint_ns"],
+        cache=cache,
+        bases=bases,
+    )
+
+
 class ListPager:
     """Where one `list()` is across its pages, for the sync and the async saver alike."""
 
@@ -650,6 +706,8 @@ class ListPager:
         size = page_limit_of(rows) or self.size  # a small thread comes whole in one page
         count, last = 0, None
         programs = self.programs
+        if self.query.thread_id is not None:  # a timeline's pointers (`history_reuse.py`)
+            programs._history_reuse.links((r[2], r[3], r[4], r[5]) for r in rows if r[1] == 0)
         for last in decode_tuples(
             rows,
             programs.serde,

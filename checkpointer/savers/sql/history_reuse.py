@@ -1,0 +1,227 @@
+"""Delta histories of ancestors, answered from a descendant's history just read.
+
+A timeline (LangGraph's `get_state_history`, the web viewer) lists a thread newest first
+and asks the delta history of every checkpoint it shows: one walk per checkpoint, each
+reading again most of what the previous one read. But the history of a checkpoint C holds
+its ancestors' too. For an ancestor A of C newer than C's seed (the nearest stored value
+above C), A's seed is that same seed, and A's writes are C's writes minus those pending on
+the checkpoints from C's parent down to A itself: the newest ones, so a prefix of C's list
+(oldest first). With no seed (a channel that never snapshots), that holds for every
+ancestor.
+
+So after a history is read, its rows are kept as they came, undecoded (`remember`: nothing
+is copied for a history no one follows), and a request for a checkpoint that the parent
+pointers of a listing just read (`links`) place between C and its seed is answered from
+them (`answer`): the first answer decodes the rows once and keeps the objects (handed to
+no one), and each answer hands out fresh copies of the part it needs (`fresh_copy`, five
+times cheaper than decoding; a value without an exact cheap copy is decoded again from
+the rows for each answer instead). Anything else reads as before.
+
+What is kept is what was read: a history changes only if writes are added to a checkpoint
+that already has children, or ancestors are deleted or compacted. This saver forgets a
+thread's entries whenever it writes or deletes anything there; what other processes do
+shows up once an entry ages out (`TTL_SECONDS`), as if the read had happened that much
+earlier. Entries are few (`MAX_ENTRIES`) and answer only requests that follow them closely.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from checkpointer.savers.sql.plan import Row
+from checkpointer.serde.fresh_copy import Copier, copier_for
+from checkpointer.types import DeltaChannelHistory
+
+TTL_SECONDS: Final = 2.0
+"""How long a history read answers its ancestors' requests."""
+
+MAX_ENTRIES: Final = 8
+"""Histories kept at once (a few timelines read side by side)."""
+
+MAX_LINKS: Final = 100_000
+"""Parent pointers kept from listings, in all."""
+
+
+@dataclass(slots=True)
+class _Channel:
+    seed_at: str | None
+    """The checkpoint holding the seed; None: the walk found none (start empty)."""
+    seeds: list[Row]
+    writes: list[Row]
+    """The write rows, oldest first; each row's `ref` is the checkpoint it is pending on."""
+
+
+@dataclass(slots=True)
+class _Entry:
+    thread_id: str
+    ns: str
+    channels: dict[str, _Channel]
+    decode: Callable[[list[Row], Sequence[str]], dict[str, DeltaChannelHistory]]
+    made: float
+    at: str
+    """The checkpoint last answered (first: the one read), and its writes' cut."""
+    cut: dict[str, int] = field(default_factory=dict)
+    decoded: dict[str, _Decoded] | None = None
+    """The whole history decoded, at the first answer, when every value has an exact
+    cheap copy (`fresh_copy`): later answers copy instead of decoding again."""
+    copyable: bool = True
+
+
+@dataclass(slots=True)
+class _Decoded:
+    seed: tuple[Any, Copier] | None
+    writes: list[tuple[str, str, Any, Copier]]
+
+
+def _decoded(history: DeltaChannelHistory) -> _Decoded | None:
+    """`history` (fresh objects, handed to no one) kept with the copier of each value."""
+    seed = None
+    if "seed" in history:
+        copy = copier_for(history["seed"])
+        if copy is None:
+            return None
+        seed = (history["seed"], copy)
+    writes = []
+    for task_id, channel, value in history["writes"]:
+        copy = copier_for(value)
+        if copy is None:
+            return None
+        writes.append((task_id, channel, value, copy))
+    return _Decoded(seed, writes)
+
+
+def _copied(kept: _Decoded, cut: int) -> DeltaChannelHistory:
+    out: DeltaChannelHistory = {
+        "writes": [(task_id, ch, copy(value)) for task_id, ch, value, copy in kept.writes[:cut]]
+    }
+    if kept.seed is not None:
+        out["seed"] = kept.seed[1](kept.seed[0])
+    return out
+
+
+class HistoryReuse:
+    """Histories just read, answering their ancestors' (see module). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str, str], _Entry] = OrderedDict()
+        self._parents: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
+        self.hits = 0
+
+    def links(self, pairs: Iterable[tuple[str, str, str, str | None]]) -> None:
+        """(thread, ns, checkpoint id, parent id) of checkpoints a listing read."""
+        with self._lock:
+            parents = self._parents
+            for thread_id, ns, checkpoint_id, parent_id in pairs:
+                parents[(thread_id, ns, checkpoint_id)] = parent_id
+            while len(parents) > MAX_LINKS:
+                parents.popitem(last=False)
+
+    def remember(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        channels: Sequence[str],
+        rows: Sequence[Row],
+        decode: Callable[[list[Row], Sequence[str]], dict[str, DeltaChannelHistory]],
+    ) -> None:
+        """Keep the rows of a history just read, undecoded (nothing is copied unless an
+        ancestor asks), and `decode(rows, channels)` to read them as the statement's."""
+        kept = {ch: _Channel(None, [], []) for ch in channels}
+        for row in rows:
+            entry = kept.get(row[2])
+            if entry is None:
+                continue
+            if row[0] == 0:
+                entry.seed_at, entry.seeds = str(row[3]), [row]
+            elif row[0] == 1:
+                entry.writes.append(row)
+            else:
+                return  # check rows (sealed records): not kept
+        made = _Entry(thread_id, ns, kept, decode, time.monotonic(), checkpoint_id)
+        made.cut = {ch: len(c.writes) for ch, c in kept.items()}
+        with self._lock:
+            self._entries[(thread_id, ns, checkpoint_id)] = made
+            while len(self._entries) > MAX_ENTRIES:
+                self._entries.popitem(last=False)
+
+    def answer(
+        self, thread_id: str, ns: str, checkpoint_id: str, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory] | None:
+        """The histories of `channels` at `checkpoint_id` from a kept descendant's, or
+        None when none can tell."""
+        now = time.monotonic()
+        with self._lock:
+            for key, entry in reversed(self._entries.items()):
+                if key[0] != thread_id or key[1] != ns or now - entry.made > TTL_SECONDS:
+                    continue
+                if not all(ch in entry.channels for ch in channels):
+                    continue
+                cuts = self._walk(entry, checkpoint_id)
+                if cuts is None:
+                    continue
+                entry.at, entry.cut = checkpoint_id, cuts
+                self.hits += 1
+                break
+            else:
+                return None
+        if entry.decoded is None and entry.copyable:
+            # The first answer decodes everything once; it is kept, never handed out.
+            every = list(entry.channels)
+            whole = entry.decode(
+                [r for c in entry.channels.values() for r in (*c.seeds, *c.writes)], every
+            )
+            decoded = {ch: _decoded(whole[ch]) for ch in every}
+            if all(d is not None for d in decoded.values()):
+                entry.decoded = decoded  # type: ignore[assignment]
+            else:
+                entry.copyable = False
+        if entry.decoded is not None:
+            return {ch: _copied(entry.decoded[ch], cuts[ch]) for ch in channels}
+        rows = [
+            row
+            for ch in channels
+            for row in (*entry.channels[ch].seeds, *entry.channels[ch].writes[: cuts[ch]])
+        ]
+        return entry.decode(rows, channels)
+
+    def _walk(self, entry: _Entry, target: str) -> dict[str, int] | None:
+        """The writes' cut per channel at `target`, an ancestor of the entry's last
+        answered checkpoint newer than every seed; None if it is not one (lock held)."""
+        cuts = dict(entry.cut)
+        current = entry.at
+        for _ in range(64):  # requests follow one another closely: a few steps at most
+            parent = self._parents.get((entry.thread_id, entry.ns, current), _UNKNOWN)
+            if parent is _UNKNOWN or parent is None:
+                return None
+            current = parent
+            for ch, kept in entry.channels.items():
+                if kept.seed_at == current:
+                    return None  # at or past the seed: its own walk
+                cut = cuts[ch]
+                while cut and kept.writes[cut - 1][8] == current:
+                    cut -= 1
+                cuts[ch] = cut
+            if current == target:
+                return cuts
+        return None
+
+    def forget(self, thread_ids: Iterable[str] | None = None) -> None:
+        """Drop the entries (of these threads): they wrote or deleted there."""
+        with self._lock:
+            if thread_ids is None:
+                self._entries.clear()
+                self._parents.clear()
+                return
+            doomed = set(thread_ids)
+            for key in [k for k in self._entries if k[0] in doomed]:
+                del self._entries[key]
+
+
+_UNKNOWN: Final[Any] = object()
