@@ -36,7 +36,6 @@ from checkpointer.savers.sql.tails import (
 )
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import (
-    ValueLocation,
     batch_loader,
     is_located,
     load_at,
@@ -230,21 +229,8 @@ def decode_delta_history(
                 {**where, "channel": channel, "version": str(ref)},
             )
             continue
-        if cache is not None and fast is not None:  # as in `decode_tuples`
-            try:
-                entry["seed"] = cache.load(data, thread_id, checkpoint_ns, channel, str(ref), fast)
-                continue
-            except Exception:
-                pass  # read again below, for the error that names the value
-        elif cache is not None:
-            data = cache.plain(data, thread_id, checkpoint_ns, channel, str(ref))
-        entry["seed"] = read(
-            data,
-            ValueLocation.blob(thread_id, checkpoint_ns, channel, ref) if located else None,
-            thread_id=thread_id,
-            checkpoint_ns=checkpoint_ns,
-            channel=channel,
-            version=ref,
+        entry["seed"] = load_stored(  # as `decode_tuples` reads values
+            fast, cache, read, located, thread_id, checkpoint_ns, channel, data, str(ref), True
         )
     # The writes, oldest first: per row (kind, depth, channel, task_path, task_id, idx,
     # type, blob, ref). Their values in one call where the serializer can

@@ -366,26 +366,7 @@ class PostgresDialect(Dialect):
         now: datetime,
         tails: Sequence[TailRow] = (),
     ) -> Op[None]:
-        return Op(
-            self._put_plan(
-                thread_id, ns, checkpoint_id, parent_id, run_id, record, metadata, blobs, now, tails
-            )
-        )
-
-    def _put_plan(
-        self,
-        thread_id: str,
-        ns: str,
-        checkpoint_id: str,
-        parent_id: str | None,
-        run_id: str | None,
-        record: str,
-        metadata: str,
-        blobs: list[tuple[str, str, str, bytes]],
-        now: datetime,
-        tails: Sequence[TailRow],
-    ) -> Plan[None]:
-        params: dict[str, Any] = {
+        base: dict[str, Any] = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
             "checkpoint_id": checkpoint_id,
@@ -396,40 +377,33 @@ class PostgresDialect(Dialect):
             "head": checkpoint_id if ns == "" else None,
             "now": self.ts_param(now),
         }
-        if blobs:
-            rows_params(_BLOB_COLUMNS, blobs, params)
-        if tails:
-            rows_params(
-                _TAIL_COLUMNS,
-                [
-                    (t.channel, t.version, t.type, t.blob, t.base_version, t.base_size)
-                    for t in tails
-                ],
-                params,
-            )
-        sql = self.sql(
-            ("put", parent_id is None, len(blobs), len(tails)),
-            lambda: self._put_sql(parent_id is None, len(blobs), len(tails)),
-        )
-        rows = yield Stmt(sql, params, fetch=True)
-        if not rows[0][0]:
-            if tails and not rows[0][1]:
-                # A base is not stored: nothing was written; again with the tails whole.
-                whole = [*blobs, *(whole_row(t) for t in tails)]
-                yield from self._put_plan(
-                    thread_id,
-                    ns,
-                    checkpoint_id,
-                    parent_id,
-                    run_id,
-                    record,
-                    metadata,
-                    whole,
-                    now,
-                    (),
+
+        def plan(blobs: list[tuple[str, str, str, bytes]], tails: Sequence[TailRow]) -> Plan[None]:
+            params = dict(base)
+            if blobs:
+                rows_params(_BLOB_COLUMNS, blobs, params)
+            if tails:
+                rows_params(
+                    _TAIL_COLUMNS,
+                    [
+                        (t.channel, t.version, t.type, t.blob, t.base_version, t.base_size)
+                        for t in tails
+                    ],
+                    params,
                 )
-                return
-            yield from refused_put_plan(self, thread_id, ns, checkpoint_id, parent_id)
+            sql = self.sql(
+                ("put", parent_id is None, len(blobs), len(tails)),
+                lambda: self._put_sql(parent_id is None, len(blobs), len(tails)),
+            )
+            rows = yield Stmt(sql, params, fetch=True)
+            if not rows[0][0]:
+                if tails and not rows[0][1]:
+                    # A base is not stored: nothing was written; again with the tails whole.
+                    yield from plan([*blobs, *(whole_row(t) for t in tails)], ())
+                    return
+                yield from refused_put_plan(self, thread_id, ns, checkpoint_id, parent_id)
+
+        return Op(plan(blobs, tails))
 
     def _put_sql(self, parent_none: bool, blob_rows: int, tail_rows: int = 0) -> str:
         """The put statement for this shape of put (its text depends on nothing else)."""

@@ -123,6 +123,7 @@ from checkpointer.types import (
 )
 
 T = TypeVar("T")
+M = TypeVar("M")
 Program = Generator[Op[Any], Any, T]
 
 DEFAULT_PAGE_SIZE = 1000
@@ -165,39 +166,35 @@ class SqlPrograms:
     """Every tuple `get_tuple` and `list` return is decoded for that call: nothing in it is
     shared with the saver or another caller (the LangGraph adapter then converts in place)."""
 
+    def _made(self, name: str, make: Callable[[], M]) -> M:
+        """The per-saver helper object `name`, made on first use (savers are built by
+        subclasses whose `__init__` this class does not own)."""
+        found: M | None = self.__dict__.get(name)
+        if found is None:
+            found = self.__dict__.setdefault(name, make())
+        return found
+
     @property
     def _recent_inline(self) -> RecentInline:
-        """What the last puts kept inline (see `inline.RecentInline`), made on first use."""
-        recent: RecentInline | None = self.__dict__.get("_recent_inline_cache")
-        if recent is None:
-            recent = self.__dict__.setdefault("_recent_inline_cache", RecentInline())
-        return recent
+        """What the last puts kept inline (see `inline.RecentInline`)."""
+        return self._made("_recent_inline_cache", RecentInline)
 
     @property
     def _list_tails(self) -> ListTails:
         """The lists this saver last wrote whole, to write later versions as tails of them
-        (see `tails.py`), made on first use."""
-        tails: ListTails | None = self.__dict__.get("_list_tails_cache")
-        if tails is None:
-            tails = self.__dict__.setdefault("_list_tails_cache", ListTails())
-        return tails
+        (see `tails.py`)."""
+        return self._made("_list_tails_cache", ListTails)
 
     @property
     def _history_reuse(self) -> HistoryReuse:
         """Delta histories just read, answering their ancestors' (`history_reuse.py`)."""
-        reuse: HistoryReuse | None = self.__dict__.get("_history_reuse_cache")
-        if reuse is None:
-            reuse = self.__dict__.setdefault("_history_reuse_cache", HistoryReuse())
-        return reuse
+        return self._made("_history_reuse_cache", HistoryReuse)
 
     @property
     def value_cache(self) -> ValueCache:
         """Decompressed values read by this saver (see `serde.value_cache`), made on first
         use; `saver.value_cache.resize(0)` turns it off."""
-        cache: ValueCache | None = self.__dict__.get("_value_cache")
-        if cache is None:
-            cache = self.__dict__.setdefault("_value_cache", ValueCache())
-        return cache
+        return self._made("_value_cache", ValueCache)
 
     def _serde_traits(self) -> tuple[bool, bool]:
         """(`serde_inlines`, `is_located`) of the saver's serializer, asked once per
