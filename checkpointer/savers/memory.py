@@ -182,21 +182,36 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         rows.sort(key=_ROW_ID, reverse=True)
         remaining = limit
         fast = self._fast_loader()
+        kept = self._decoded
+        # `_load`'s first step, taken here without its calls: most rows of a thread read
+        # again have a template (see `memory_values`).
+        from_template = (
+            kept.from_template
+            if fast is not None and type(self.serde) is MsgpackSerializer and not wanted
+            else None
+        )
         # The lock is taken per item, never across a yield: a caller may use the saver
         # while iterating.
         for thread_id, ns, checkpoint_id in rows:
             if remaining is not None and remaining <= 0:
                 return
             with self._lock:
-                namespace = self._threads.get(thread_id, {}).get(ns)
+                namespaces = self._threads.get(thread_id)
+                namespace = namespaces.get(ns) if namespaces is not None else None
                 stored = namespace.get(checkpoint_id) if namespace is not None else None
                 if stored is None:
                     continue
-                # Decoded once: the filter's copy is the one handed out.
-                metadata = self._decoded.metadata(stored.metadata) if wanted else None
-                if metadata is not None and not metadata_matches(metadata, wanted):
-                    continue
-                tup = self._load(thread_id, ns, checkpoint_id, stored, fast, metadata)
+                parts = from_template(stored, self._blobs) if from_template else None
+                if parts is not None:
+                    tup = self._tuple(
+                        thread_id, ns, checkpoint_id, stored, parts[0], parts[1], parts[2]
+                    )
+                else:
+                    # Decoded once: the filter's copy is the one handed out.
+                    metadata = kept.metadata(stored.metadata) if wanted else None
+                    if metadata is not None and not metadata_matches(metadata, wanted):
+                        continue
+                    tup = self._load(thread_id, ns, checkpoint_id, stored, fast, metadata)
             if remaining is not None:
                 remaining -= 1
             yield tup
