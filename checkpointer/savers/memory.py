@@ -21,7 +21,6 @@ from checkpointer.errors import (
 )
 from checkpointer.savers.base import (
     BaseCheckpointSaver,
-    dumps_json,
     history_loop,
     metadata_matches,
     parent_id_for_put,
@@ -40,6 +39,7 @@ from checkpointer.savers.memory_store import (
     ThreadMeta,
     Typed,
     delta_channels_fast,
+    metadata_json,
     ordered_writes,
     run_id_of,
     stored_metadata,
@@ -72,7 +72,6 @@ from checkpointer.types import (
     checkpoint_id_of,
     checkpoint_ns_of,
     config_address,
-    make_config,
     thread_id_of,
     write_idx,
 )
@@ -183,21 +182,36 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         rows.sort(key=_ROW_ID, reverse=True)
         remaining = limit
         fast = self._fast_loader()
+        kept = self._decoded
+        # `_load`'s first step, taken here without its calls: most rows of a thread read
+        # again have a template (see `memory_values`).
+        from_template = (
+            kept.from_template
+            if fast is not None and type(self.serde) is MsgpackSerializer and not wanted
+            else None
+        )
         # The lock is taken per item, never across a yield: a caller may use the saver
         # while iterating.
         for thread_id, ns, checkpoint_id in rows:
             if remaining is not None and remaining <= 0:
                 return
             with self._lock:
-                namespace = self._threads.get(thread_id, {}).get(ns)
+                namespaces = self._threads.get(thread_id)
+                namespace = namespaces.get(ns) if namespaces is not None else None
                 stored = namespace.get(checkpoint_id) if namespace is not None else None
                 if stored is None:
                     continue
-                # Decoded once: the filter's copy is the one handed out.
-                metadata = self._decoded.metadata(stored.metadata) if wanted else None
-                if metadata is not None and not metadata_matches(metadata, wanted):
-                    continue
-                tup = self._load(thread_id, ns, checkpoint_id, stored, fast, metadata)
+                parts = from_template(stored, self._blobs) if from_template else None
+                if parts is not None:
+                    tup = self._tuple(
+                        thread_id, ns, checkpoint_id, stored, parts[0], parts[1], parts[2]
+                    )
+                else:
+                    # Decoded once: the filter's copy is the one handed out.
+                    metadata = kept.metadata(stored.metadata) if wanted else None
+                    if metadata is not None and not metadata_matches(metadata, wanted):
+                        continue
+                    tup = self._load(thread_id, ns, checkpoint_id, stored, fast, metadata)
             if remaining is not None:
                 remaining -= 1
             yield tup
@@ -522,12 +536,10 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             if values.keys() <= new_versions.keys()
             else self._unstored_values(thread_id, ns, parent_id, checkpoint, new_versions)
         )
-        if restore:
-            blobs = {**self._dump_blobs(thread_id, ns, restore), **blobs}
+        unchanged = self._dump_blobs(thread_id, ns, restore) if restore else None
         stored = StoredCheckpoint(  # positional: the fields in order, pinned left False
             dumped,
-            # refuses what every saver refuses
-            dumps_json(metadata if type(metadata) is dict else dict(metadata)),
+            metadata_json(metadata),  # refuses what every saver refuses
             parent_id,
             dict(checkpoint["channel_versions"]),
             run_id_of(metadata),
@@ -555,13 +567,17 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 raise put_parent_loop(thread_id, ns, checkpoint_id)
             if namespace is None:
                 namespace = self._threads.setdefault(thread_id, {})[ns] = Namespace()
-            self._touch(thread_id)
-            for key, blob in blobs.items():
-                if key[2] in new_versions:
-                    self._blobs[key] = blob
-                else:  # a value kept for an unchanged channel: written only if absent
+            meta = self._meta.get(thread_id)
+            if meta is None:
+                self._touch(thread_id)
+            else:
+                meta.updated_at = datetime.now(UTC)
+            if unchanged:  # values kept for unchanged channels: written only if absent
+                for key, blob in unchanged.items():
                     self._blobs.setdefault(key, blob)
-            early = self._orphan_writes.pop((thread_id, ns, checkpoint_id), None)
+            self._blobs.update(blobs)
+            orphans = self._orphan_writes
+            early = orphans.pop((thread_id, ns, checkpoint_id), None) if orphans else None
             if previous is not None:
                 # Re-saving a checkpoint updates it in place; it keeps its place in the tree,
                 # its pin and its writes.
@@ -570,7 +586,14 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             elif early is not None:
                 stored.writes = early
             namespace[checkpoint_id] = stored
-        return make_config(thread_id, ns, checkpoint_id)
+        # `make_config`, inlined
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
 
     def _unstored_values(
         self,
@@ -621,9 +644,12 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         task_path: str = "",
     ) -> None:
         thread_id, ns, checkpoint_id = config_address(config)
-        if type(task_id) is not str or not _plain_id(task_id):
+        if (
+            type(task_id) is not str
+            or type(task_path) is not str
+            or not _plain_id(task_id + task_path)
+        ):
             check_id(task_id, "task_id")
-        if type(task_path) is not str or not _plain_id(task_path):
             check_id(task_path, "task_path")
         if checkpoint_id is None:
             raise CheckpointerError("put_writes needs a config that names a checkpoint_id")
@@ -662,14 +688,15 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 self._touch(thread_id)
             else:
                 meta.updated_at = datetime.now(UTC)
-            namespace = self._threads.get(thread_id, {}).get(ns)
+            namespaces = self._threads.get(thread_id)
+            namespace = namespaces.get(ns) if namespaces is not None else None
             stored = namespace.get(checkpoint_id) if namespace is not None else None
             if stored is not None:
                 target = stored.writes
             else:
                 target = self._orphan_writes.setdefault((thread_id, ns, checkpoint_id), {})
             for row in rows:
-                key = (row.task_id, row.idx)
+                key = (task_id, row.idx)
                 if replace or key not in target:
                     target[key] = row
 

@@ -7,14 +7,21 @@ and its pending writes (`StoredWrite`) beside it; values live in one blob dict k
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from json.encoder import encode_basestring
 from operator import attrgetter
 from typing import Any
 
-from checkpointer.savers.base import loads_json, metadata_counters_as_pairs
+from checkpointer.savers.base import (
+    _c_make_encoder,
+    _refuse_json,
+    dumps_json,
+    loads_json,
+    metadata_counters_as_pairs,
+)
+from checkpointer.savers.metadata import MAX_METADATA_DEPTH
 from checkpointer.savers.retention import delta_channels_of
 from checkpointer.serde.located import ValueLocation
 from checkpointer.types import ChannelVersions
@@ -77,8 +84,9 @@ class Namespace(dict[str, StoredCheckpoint]):
         super().__init__()
         self._head: str | None = None
         # How many checkpoints name each parent id (None: not counted yet). Kept by
-        # `__setitem__`, dropped by every other change and counted again when asked.
-        self._children: Counter[str] | None = None
+        # `__setitem__`, dropped by every other change and counted again when asked. A
+        # plain dict read with `get` (in C), not a Counter (`__missing__` is Python).
+        self._children: dict[str, int] | None = None
 
     def __setitem__(self, checkpoint_id: str, stored: StoredCheckpoint) -> None:
         children = self._children
@@ -86,8 +94,9 @@ class Namespace(dict[str, StoredCheckpoint]):
             old = self.get(checkpoint_id)
             if old is not None and old.parent_id is not None:
                 children[old.parent_id] -= 1
-            if stored.parent_id is not None:
-                children[stored.parent_id] += 1
+            parent_id = stored.parent_id
+            if parent_id is not None:
+                children[parent_id] = children.get(parent_id, 0) + 1
         super().__setitem__(checkpoint_id, stored)
         head = self._head
         if head is not None and checkpoint_id > head:
@@ -129,10 +138,12 @@ class Namespace(dict[str, StoredCheckpoint]):
         rule of `put`, see `sql/parents.py`)."""
         children = self._children
         if children is None:
-            children = self._children = Counter(
-                s.parent_id for s in self.values() if s.parent_id is not None
-            )
-        return children[checkpoint_id] > 0
+            children = self._children = {}
+            for stored in self.values():
+                parent_id = stored.parent_id
+                if parent_id is not None:
+                    children[parent_id] = children.get(parent_id, 0) + 1
+        return children.get(checkpoint_id, 0) > 0
 
     def head(self) -> str:
         """The newest checkpoint id (ValueError when there is none, as `max`)."""
@@ -148,6 +159,35 @@ def write_location(
     return ValueLocation.write(
         thread_id, ns, checkpoint_id, write.task_id, write.idx, write.channel
     )
+
+
+_encode_json: Callable[[Any, int], Sequence[str]] | None = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(None, _refuse_json, encode_basestring, None, ":", ",", True, False, False)
+)
+"""CPython's C encoder with `dumps_json`'s settings (compact, sorted keys, no NaN, other
+types refused), built once and stateless: no circular-reference markers, so any thread may
+call it without `dumps_json`'s per-thread wrapper (half its cost on a put's metadata). A
+circular value recurses until RecursionError, and is then refused by `dumps_json`."""
+
+
+def metadata_json(metadata: Mapping[str, Any]) -> str:
+    """`dumps_json(metadata)`: the same text for what it stores, its errors (raised by
+    `dumps_json` itself) for what it refuses."""
+    if _encode_json is not None and type(metadata) is dict:
+        try:
+            text = "".join(_encode_json(metadata, 0))
+            # The two checks `dumps_json` adds: UTF-8 (only non-ASCII text can fail it)
+            # and nesting (bounded by the bracket count).
+            if not text.isascii():
+                text.encode("utf-8")
+        except Exception:
+            pass  # refused, or a lone surrogate: `dumps_json` says how
+        else:
+            if text.count("{") + text.count("[") <= MAX_METADATA_DEPTH:
+                return text
+    return dumps_json(metadata if type(metadata) is dict else dict(metadata))
 
 
 def stored_metadata(stored: StoredCheckpoint) -> dict[str, Any]:

@@ -152,9 +152,10 @@ class _Template:
     tuples, shared safely) and the others copied per read.
 
     Valid while the checkpoint, its record and metadata are the same objects, its channel
-    versions are the same, its blob keys and writes hold equal pairs (equal bytes decode
-    alike; blob keys that had none still none), and no `put_writes` came since
-    (`forget_templates`: a replaced write may move in the order)."""
+    versions are equal to what they were (one dict comparison in C against a copy kept
+    here), its blob keys and writes hold equal pairs (equal bytes decode alike; blob keys
+    that had none still none), and no `put_writes` came since (`forget_templates`: a
+    replaced write may move in the order)."""
 
     __slots__ = (
         "copied_values",
@@ -186,7 +187,7 @@ class _Template:
         self.metadata_text = stored.metadata
         self.record = record
         self.metadata = metadata
-        self.versions = list(stored.channel_versions.items())
+        self.versions = dict(stored.channel_versions)
         self.write_pairs = list(map(_WRITE_VALUE, stored.writes.values()))
         self.keys = [key for _, key, _, _, _ in values]
         self.pairs = [data for _, _, data, _, _ in values]
@@ -204,7 +205,7 @@ class _Template:
             for i, (task, ch, copier, kept) in enumerate(writes)
             if copier is not _same
         ]
-        self.cost = _ENTRY_COST + 64 * (len(values) + len(writes))
+        self.cost = _ENTRY_COST + 64 * (len(values) + len(writes)) + 32 * len(self.versions)
 
 
 _WRITE_VALUE: Final = attrgetter("value")
@@ -386,7 +387,7 @@ class DecodedValues:
             or template.stored is not stored
             or template.record_data is not stored.record
             or template.metadata_text is not stored.metadata
-            or list(stored.channel_versions.items()) != template.versions
+            or stored.channel_versions != template.versions
             or list(map(_WRITE_VALUE, stored.writes.values())) != template.write_pairs
         ):
             return None
