@@ -39,6 +39,7 @@ from checkpointer.savers.sql.transfer import fork_to_thread_plan
 from checkpointer.serde.encryption import TAG_ENCRYPTED, EncryptedSerializer, reencrypt
 from checkpointer.serde.msgpack_serde import MsgpackSerializer
 from checkpointer.types import RunnableConfig, empty_checkpoint, make_config
+from checkpointer.ui.data import ReaderSource
 from tests.test_cli_support import Db, empty_db, run_json
 
 BACKENDS = ["sqlite", "postgres"]
@@ -87,16 +88,25 @@ def write_thread(
     per_run: int = 3,
     seed: int = 0,
     grow: int = 2,
+    after: tuple[RunnableConfig, dict[str, Any]] | None = None,
 ) -> Saved:
     """`steps` checkpoints in a chain; `chat` grows by `grow` items a step from 60 (over
     `MIN_BASE_BYTES` of msgpack: the first version is a base), `step` counts. Checkpoints
-    are tagged with runs of `per_run` steps. Returns each config and the values put."""
+    are tagged with runs of `per_run` steps. Returns each config and the values put.
+    `after`: a checkpoint (config, values) to go on from instead of starting afresh."""
     rng = random.Random(seed)
     chat = [message(rng, n) for n in range(60)]
     config = make_config(thread_id)
     version: Any = None
     saved: Saved = []
-    for i in range(steps):
+    first = 0
+    if after is not None:
+        config, values = after
+        chat, first = list(values["chat"]), values["step"] + 1
+        tup = saver.get_tuple(config)
+        assert tup is not None
+        version = tup.checkpoint["channel_versions"]["chat"]
+    for i in range(first, first + steps):
         chat = [*chat, *(message(rng, len(chat) + k) for k in range(grow))]
         version = saver.get_next_version(version, None)
         checkpoint = {
@@ -209,9 +219,10 @@ def test_retention_keeps_the_bases_of_the_tails_it_keeps(
         stored = rows(saver, thread_id)
         needed = kept_versions | {b for v, _, b in stored if v in kept_versions and b}
         assert {v for v, _, _ in stored} == needed
-        # The saver goes on writing tails of what it remembers, and they read back.
-        more = write_thread(saver, thread_id + "-next", 3, grow=grow)
-        assert_reads(saver, more)
+        # The saver goes on from the head (tails of the base it remembers), and reads back.
+        more = write_thread(saver, thread_id, 5, grow=grow, after=saved[-1])
+        assert assert_reads(saver, saved + more) == min(steps, keep) + 5
+        assert_no_orphans(saver, thread_id)
 
 
 def test_prune_keeps_the_head_and_its_base(db: Db) -> None:
@@ -431,9 +442,23 @@ def test_cli_show_and_stats_resolve_tails(db: Db) -> None:
         saved = write_thread(saver, "show", 8)
         assert_has_tails(saver, "show")
         saver.apply_retention(KeepLast(3), thread_ids=["show"])
-    for config, values in saved[-3:]:
+    kept = saved[-3:]
+    for config, values in kept:
         cid = config["configurable"]["checkpoint_id"]
         data = run_json("show", "show", cid, *db.args)
         assert data["values"]["chat"] == values["chat"]
-    stats = run_json("stats", *db.args)
-    assert stats
+        assert data["channels"]["chat"]["kind"] == "value"
+    first, head = ids(kept)[0], ids(kept)[-1]
+    diff = {c["channel"]: c for c in run_json("diff", "show", first, head, *db.args)["channels"]}
+    assert (diff["chat"]["a"], diff["chat"]["b"]) == (kept[0][1]["chat"], kept[-1][1]["chat"])
+    # The web UI reads through the same reader.
+    with Database.open(db.url, schema=db.schema, readonly=True) as tools:
+        view = ReaderSource(tools).state("show", "", head)
+        assert view.channels["chat"].value == kept[-1][1]["chat"]
+    # Sizes are the stored rows' bytes: tails count as what they store.
+    with db.saver() as saver:
+        stored = rows(saver, "show")
+    stats = run_json("stats", "show", *db.args)
+    chat = {c["channel"]: c for c in stats["channels"]}["chat"]
+    assert chat["kind"] == "value" and chat["blobs"] == len(stored) > 1
+    assert any(b is not None for _, _, b in stored)
