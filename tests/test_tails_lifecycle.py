@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from checkpointer.errors import CheckpointerError
@@ -34,8 +34,17 @@ from checkpointer.export import (
 from checkpointer.inspect import Database
 from checkpointer.lifecycle import KeepLast
 from checkpointer.savers.sql.plan import Op, Stmt, single
-from checkpointer.savers.sql.tails import MIN_BASE_BYTES, TAIL_PREFIX, orphan_tails_stmt
+from checkpointer.savers.sql.tails import (
+    MIN_BASE_BYTES,
+    TAIL_PREFIX,
+    ListTails,
+    TailRow,
+    join_whole,
+    list_codec,
+    orphan_tails_stmt,
+)
 from checkpointer.savers.sql.transfer import fork_to_thread_plan
+from checkpointer.serde.compression import CompressingSerializer, decompress_typed
 from checkpointer.serde.encryption import TAG_ENCRYPTED, EncryptedSerializer, reencrypt
 from checkpointer.serde.msgpack_serde import MsgpackSerializer
 from checkpointer.types import RunnableConfig, empty_checkpoint, make_config
@@ -462,3 +471,44 @@ def test_cli_show_and_stats_resolve_tails(db: Db) -> None:
     chat = {c["channel"]: c for c in stats["channels"]}["chat"]
     assert chat["kind"] == "value" and chat["blobs"] == len(stored) > 1
     assert any(b is not None for _, _, b in stored)
+
+
+# --------------------------------------------------------------------------- join_whole
+item_strategy = st.one_of(
+    st.text(max_size=300),
+    st.integers(),
+    st.dictionaries(st.text(max_size=8), st.text(max_size=200), max_size=4),
+    st.lists(st.integers(), max_size=20),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    head=st.lists(item_strategy, min_size=1, max_size=40),
+    extra=st.lists(item_strategy, min_size=1, max_size=4),
+    compressed=st.booleans(),
+)
+def test_join_whole_gives_the_bytes_of_the_whole_list(
+    head: list[Any], extra: list[Any], compressed: bool
+) -> None:
+    """A tail joined with its base is the serializer's own encoding of the whole list,
+    byte for byte (compressed or not), whatever the items."""
+    inner = MsgpackSerializer()
+    serde: Any = CompressingSerializer(inner) if compressed else inner
+    codec = list_codec(serde)
+    assert codec is not None
+    padding = ["p" * 100] * (MIN_BASE_BYTES // 100 + 1)  # the base must be large enough
+    base_value = [*padding, *head]
+    whole_value = [*base_value, *extra]
+    memory = ListTails()
+    base = memory.encode(codec, "t", "", "chat", "1", base_value)
+    assert isinstance(base, tuple)
+    out = memory.encode(codec, "t", "", "chat", "2", whole_value)
+    event("tail" if isinstance(out, TailRow) else "whole")
+    if not isinstance(out, TailRow):  # grown past the tail share: written whole
+        assert serde.loads_typed(out) == whole_value
+        return
+    joined = join_whole(base, (out.type, out.blob), {})
+    assert decompress_typed(joined) == inner.dumps_typed(whole_value)
+    assert serde.loads_typed(joined) == whole_value
+    assert compressed or joined[0] == "msgpack"
