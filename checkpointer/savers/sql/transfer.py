@@ -299,8 +299,9 @@ def _relocated_blob(serde: Serializer, row: BlobRow, target: str, bases: Bases) 
     if row.base_version is None:
         tag, data = relocate(serde, (row.type, row.blob), at(row.thread_id), at(target))
         return BlobRow(target, row.checkpoint_ns, row.channel, row.version, tag, data)
-    # A tail row (`tails.py`) is re-sealed whole: its base is sealed for the source, and
-    # the serializers that bind values never write tails themselves.
+    # A tail row (`tails.py`) is stored whole: read with its base at the source, written
+    # at the target, so the copy needs no base (serializers that bind values never write
+    # tails, and keep none).
     source = at(row.thread_id)
     value = load_tail(
         (row.thread_id, row.checkpoint_ns, row.channel, row.version),
@@ -347,8 +348,8 @@ def relocate_values_plan(
     accept into `target`, each read at its own location and stored at the target's: what a
     copy needs when the serializer binds values to their location (`is_located`). Tail
     rows are stored whole (their value read with their base), so they need no base in the
-    target. Pages of
-    `RELOCATE_PAGE` rows, so memory stays bounded; run it in the copy's transaction."""
+    target. Pages of `RELOCATE_PAGE` rows, so memory stays bounded; run it in the copy's
+    transaction."""
     blob_after: tuple[str, str, str] | None = None
     while True:
         blobs = yield from blobs_page_plan(d, source, blob_after, RELOCATE_PAGE)
