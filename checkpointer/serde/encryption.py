@@ -616,12 +616,12 @@ def _sql_program(
 
 def _tail_bases_plan(d: Any, rows: Sequence[Any]) -> Any:
     """The bases of the tail rows among a page of blob rows (key, base_version, ...)."""
-    from checkpointer.savers.sql.tails import resolve_rows_plan
+    from checkpointer.savers.sql.tails import bases_plan
 
     keys = [(r[0], r[1], r[2], r[3]) for r in rows if r[4] is not None]
     if not keys:
         return {}
-    return (yield from resolve_rows_plan(d, keys))
+    return (yield from bases_plan(d, keys))
 
 
 def _whole_tail(

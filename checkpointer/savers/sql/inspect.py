@@ -29,7 +29,7 @@ from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
 from checkpointer.savers.sql.inline import from_sql, stored_form
 from checkpointer.savers.sql.plan import Plan, Row, Stmt
 from checkpointer.savers.sql.records import version_text
-from checkpointer.savers.sql.tails import is_tail, join_whole, resolve_rows_plan
+from checkpointer.savers.sql.tails import bases_plan, is_tail, join_whole
 from checkpointer.serde import default_serializer
 from checkpointer.types import INTERRUPT, RunnableConfig, checkpoint_ns_of, thread_id_of
 
@@ -446,7 +446,7 @@ def _whole_tails_plan(
     if not tails or not isinstance(versions, dict):
         return
     keys = {ch: (thread_id, ns, ch, version_text(versions[ch])) for ch in tails if ch in versions}
-    bases = yield from resolve_rows_plan(d, keys.values())
+    bases = yield from bases_plan(d, keys.values())
     for channel, key in keys.items():
         found = bases.get(key)
         if found is None:

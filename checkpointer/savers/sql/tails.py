@@ -438,19 +438,6 @@ def join_whole(base: Typed, tail: Typed, where: Mapping[str, Any]) -> Typed:
     return TAG_MSGPACK, raw
 
 
-def resolve_rows_plan(
-    d: Dialect, keys: Iterable[BaseKey]
-) -> Plan[dict[BaseKey, tuple[str, Typed]]]:
-    """The bases of tail rows (`keys`), read with `bases_stmt` (`decode_bases`): for
-    callers outside the saver's read path (copies, re-encryption, inspection). A tail
-    whose base is missing is left out; `missing_base` says so."""
-    found: dict[BaseKey, tuple[str, Typed]] = {}
-    for thread_id, ns, pairs in bases_groups(keys):
-        rows = yield bases_stmt(d, thread_id, ns, pairs)
-        decode_bases(thread_id, ns, rows, found)
-    return found
-
-
 def has_tails_stmt(d: Dialect, thread_ids: Sequence[str] | None) -> Stmt:
     """A row when any of the threads (any thread, None) holds a tail row."""
     params: dict[str, Any] = {}

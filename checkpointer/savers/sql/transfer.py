@@ -25,7 +25,7 @@ from checkpointer.savers.sql.plan import Plan, Stmt
 from checkpointer.savers.sql.record_seal import SEAL_KEY, make_seal, resealed, verify_record
 from checkpointer.savers.sql.records import record_json
 from checkpointer.savers.sql.summaries import refresh_summaries_plan
-from checkpointer.savers.sql.tails import Bases, load_tail, resolve_rows_plan
+from checkpointer.savers.sql.tails import Bases, bases_plan, load_tail
 from checkpointer.serde.base import Serializer
 from checkpointer.serde.encryption import bound_values_stmts
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located, load_at, relocate
@@ -302,13 +302,13 @@ def _relocated_blob(serde: Serializer, row: BlobRow, target: str, bases: Bases) 
     # A tail row (`tails.py`) is stored whole: read with its base at the source, written
     # at the target, so the copy needs no base (serializers that bind values never write
     # tails, and keep none).
-    source = at(row.thread_id)
+    key = (row.thread_id, row.checkpoint_ns, row.channel, row.version)
     value = load_tail(
-        (row.thread_id, row.checkpoint_ns, row.channel, row.version),
+        key,
         (row.type, row.blob),
-        bases,
+        bases.get(key),
         lambda pair, version, _keep: load_at(serde, pair, at(row.thread_id, version)),
-        source.where(),
+        at(row.thread_id).where(),
     )
     tag, data = dumps_at(serde, value, at(target))
     return BlobRow(target, row.checkpoint_ns, row.channel, row.version, tag, data)
@@ -359,7 +359,7 @@ def relocate_values_plan(
             for r in chosen
             if r.base_version is not None
         ]
-        bases = (yield from resolve_rows_plan(d, tails)) if tails else {}
+        bases = (yield from bases_plan(d, tails)) if tails else {}
         moved = [_relocated_blob(serde, r, target, bases) for r in chosen]
         if moved:
             yield insert_blobs_stmt(d, moved)
