@@ -49,7 +49,7 @@ from checkpointer.serde.encryption import TAG_ENCRYPTED, EncryptedSerializer, re
 from checkpointer.serde.msgpack_serde import MsgpackSerializer
 from checkpointer.types import RunnableConfig, empty_checkpoint, make_config
 from checkpointer.ui.data import ReaderSource
-from tests.test_cli_support import Db, empty_db, run_json
+from tests.test_cli_support import Db, empty_db, run, run_json
 
 BACKENDS = ["sqlite", "postgres"]
 KEY = bytes(range(32))
@@ -512,3 +512,28 @@ def test_join_whole_gives_the_bytes_of_the_whole_list(
     assert decompress_typed(joined) == inner.dumps_typed(whole_value)
     assert serde.loads_typed(joined) == whole_value
     assert compressed or joined[0] == "msgpack"
+
+
+def test_cli_export_import_and_an_older_importer(
+    db: Db, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`checkpointer export` / `import` carry tails; an importer that reads only version 2
+    refuses the file up front instead of storing tails without their bases."""
+    with db.saver() as saver:
+        saved = write_thread(saver, "cli", 8)
+        saver.prune(["cli"])
+    result = run("export", "--all", *db.args)
+    assert result.exit_code == 0, result.stderr
+    path = tmp_path / "tails.jsonl"
+    path.write_text(result.stdout)
+    assert json.loads(result.stdout.splitlines()[0])["version"] == TAILS_VERSION
+    with empty_db(db.kind, tmp_path) as target:
+        assert run_json("import", str(path), *target.args)["checkpoints"] == 1
+        with target.saver() as saver:
+            assert assert_reads(saver, saved) == 1
+            assert any(b is not None for _, _, b in rows(saver, "cli"))
+    import checkpointer.export as export_module
+
+    monkeypatch.setattr(export_module, "VERSION", PLAIN_VERSION)  # as version 2 code reads
+    with pytest.raises(ExportFormatError, match="not supported"):
+        export_module.read_header(result.stdout.splitlines()[0])
