@@ -537,3 +537,54 @@ def test_cli_export_import_and_an_older_importer(
     monkeypatch.setattr(export_module, "VERSION", PLAIN_VERSION)  # as version 2 code reads
     with pytest.raises(ExportFormatError, match="not supported"):
         export_module.read_header(result.stdout.splitlines()[0])
+
+
+# --------------------------------------------------------------------------- concurrency
+@pytest.mark.xfail(
+    strict=True,
+    reason="PostgreSQL put checks a tail's base in its statement's snapshot: a deletion "
+    "committed while the put waits on the thread lock leaves the tail without its base "
+    "(fix in the put: lock the base rows it checks, FOR KEY SHARE)",
+)
+def test_postgres_put_racing_delete_for_runs_keeps_its_value_readable(tmp_path: Path) -> None:
+    """delete_for_runs deletes a run whose base the next put (another run, going on from
+    the head) writes a tail of: the deletion's transaction is open when the put starts,
+    and commits while the put waits for the thread. The put's value must read back."""
+    import threading
+    import time
+
+    import psycopg
+    from psycopg.rows import tuple_row
+
+    from checkpointer.savers.sql.deletion import delete_for_runs_plan
+
+    with empty_db("postgres", tmp_path) as db, db.saver() as saver:
+        saved = write_thread(saver, "race", 2, per_run=2)  # run race-run0: a base, a tail
+        assert_has_tails(saver, "race")
+        plan = delete_for_runs_plan(saver._dialect, ["race-run0"])
+        with psycopg.connect(db.url) as conn:
+            with conn.cursor(binary=True, row_factory=tuple_row) as cur:
+                try:
+                    stmt = next(plan)
+                    while True:
+                        if stmt.many:
+                            cur.executemany(stmt.sql, stmt.params)
+                            out: list[Any] = []
+                        else:
+                            cur.execute(stmt.sql, stmt.params or None)
+                            out = cur.fetchall() if stmt.fetch else []
+                        stmt = plan.send(out)
+                except StopIteration:
+                    pass
+            more: Saved = []
+            put = threading.Thread(
+                target=lambda: more.extend(
+                    write_thread(saver, "race", 1, per_run=2, after=saved[-1])
+                )
+            )
+            put.start()
+            time.sleep(0.5)
+            assert put.is_alive()  # waiting for the deletion's lock on the thread
+            conn.commit()
+            put.join()
+        assert assert_reads(saver, more) == 1

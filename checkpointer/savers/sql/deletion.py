@@ -159,7 +159,13 @@ def delete_for_runs_plan(
         rows = [r for r in rows if r[0] in set(thread_ids)]
     if not rows:
         return
-    namespaces, blobs, bases = yield from _skeleton_plan(d, sorted(r[0] for r in rows))
+    threads = sorted({str(r[0]) for r in rows})
+    # As retention does: writers of these threads queue behind the decision (PostgreSQL;
+    # SQLite's write transaction already excludes them), in one order against deadlocks.
+    for thread_id in threads:
+        if (lock := d.lock_thread(thread_id)) is not None:
+            yield lock
+    namespaces, blobs, bases = yield from _skeleton_plan(d, threads)
     wanted = set(runs)
     doomed: dict[tuple[str, str], set[str]] = {}
     for (thread_id, ns), namespace in namespaces.items():
