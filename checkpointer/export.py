@@ -13,10 +13,16 @@ name. Writes keep their task id, task path and slot (`idx`).
      "parent_checkpoint_id": null, "run_id": "...", "checkpoint": {...}, "metadata": {...}}
     {"kind": "blob", "thread_id": "t1", "checkpoint_ns": "", "channel": "messages",
      "version": "...", "type": "msgpack", "data": "kscAMJA="}
+    {"kind": "blob", ..., "version": "...", "type": "tail+msgpack", "data": "...",
+     "base": "..."}
     {"kind": "write", "thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": "...",
      "task_id": "...", "task_path": "chat", "idx": 0, "channel": "messages",
      "type": "msgpack", "data": "..."}
     {"kind": "end", "threads": 1, "checkpoints": 12, "blobs": 30, "writes": 41}
+
+A blob record with a `"base"` is a tail row (`savers/sql/tails.py`): its value is the
+list stored at version `base` of the same channel followed by the items in its data; the
+file carries the base record too, and an import refuses a tail whose base it lacks.
 
 An import runs in one transaction: it lands completely or not at all.
 """
@@ -39,6 +45,7 @@ from checkpointer.savers.sql.inspect import (
 )
 from checkpointer.savers.sql.plan import Plan
 from checkpointer.savers.sql.records import decode_checkpoint, decode_metadata
+from checkpointer.savers.sql.tails import TAIL_PREFIX, has_tails_stmt, is_tail, orphan_tails_stmt
 from checkpointer.savers.sql.transfer import (
     BlobRow,
     CheckpointRow,
@@ -52,10 +59,17 @@ from checkpointer.savers.sql.transfer import (
 from checkpointer.types import check_id, utc_now_iso
 
 FORMAT = "checkpointer-export"
-VERSION = 2
+VERSION = 3
 """2: checkpoint records may keep small values inline (`channel_values`, see
-`savers/sql/inline.py`), which a reader of version 1 would drop. Files of version 1 import
-as before."""
+`savers/sql/inline.py`), which a reader of version 1 would drop. 3: blob records may be
+tail rows (`"base"`), which a reader of version 2 would store without their base (its
+reads would then fail on every such value): a file says 3 only when it holds one, so
+exports without tails still import into earlier versions. Files of versions 1 and 2
+import as before."""
+TAILS_VERSION = 3
+"""The first version whose blob records may carry a `"base"`."""
+PLAIN_VERSION = 2
+"""What a file without tail rows says."""
 SERIALIZER = "checkpointer-msgpack"
 PAGE_SIZE = 500
 BATCH_SIZE = 500
@@ -109,7 +123,7 @@ def checkpoint_record(row: CheckpointRow) -> dict[str, Any]:
 
 
 def blob_record(row: BlobRow) -> dict[str, Any]:
-    return {
+    record = {
         "kind": "blob",
         "thread_id": row.thread_id,
         "checkpoint_ns": row.checkpoint_ns,
@@ -118,6 +132,9 @@ def blob_record(row: BlobRow) -> dict[str, Any]:
         "type": row.type,
         "data": _b64(row.blob),
     }
+    if row.base_version is not None:
+        record["base"] = row.base_version
+    return record
 
 
 def write_record(row: WriteRow) -> dict[str, Any]:
@@ -136,6 +153,13 @@ def write_record(row: WriteRow) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- export
+def has_tails_stmt_plan(d: Dialect, thread_ids: Sequence[str] | None) -> Plan[bool]:
+    """Whether the threads (every thread: None) hold a tail row, so the file needs
+    version `TAILS_VERSION`."""
+    rows = yield has_tails_stmt(d, thread_ids)
+    return bool(rows)
+
+
 def export_threads(
     db: PlanRunner,
     thread_ids: Sequence[str] | None,
@@ -152,11 +176,12 @@ def export_threads(
     else:
         threads = list(dict.fromkeys(thread_ids))
     counts = TransferCounts()
+    tails = db.run(has_tails_stmt_plan(d, None if thread_ids is None else threads))
     out.write(
         _line(
             {
                 "format": FORMAT,
-                "version": VERSION,
+                "version": TAILS_VERSION if tails else PLAIN_VERSION,
                 "serializer": SERIALIZER,
                 "created_at": utc_now_iso(),
                 "source": d.name,
@@ -361,14 +386,22 @@ def import_plan(
                 )
             )
         elif kind == "blob":
+            type_ = _str(record, "type", n)
+            base = _opt_str(record, "base", n)
+            if (base is not None) != is_tail(type_):
+                raise ExportFormatError(
+                    f"line {n}: a blob record has a 'base' exactly when its type starts "
+                    f"with {TAIL_PREFIX!r} (got type {type_!r}, base {base!r})"
+                )
             blobs.append(
                 BlobRow(
                     thread_id,
                     ns,
                     _str(record, "channel", n),
                     _str(record, "version", n),
-                    _str(record, "type", n),
+                    type_,
                     _data(record, n),
+                    base,
                 )
             )
         elif kind == "write":
@@ -414,6 +447,14 @@ def import_plan(
         raise ExportFormatError(
             f"the export file lists thread(s) {names} in its header but holds no checkpoint "
             "of them; refusing it (nothing was imported or deleted)"
+        )
+    orphans = yield orphan_tails_stmt(d, threads)
+    if orphans:
+        t, ns, channel, version = orphans[0]
+        raise ExportFormatError(
+            f"the export file is damaged: the value of channel {channel!r} at version "
+            f"{version!r} (thread {t!r}, namespace {ns!r}) continues a list whose record is "
+            "not in the file; nothing was imported"
         )
     stored = yield from footprint_plan(d, threads)
     kept = {

@@ -48,6 +48,9 @@ class NamespaceShape:
     inline: set[BlobRef] = field(default_factory=set)
     """Values kept inline in checkpoint records (SQL savers, see `sql/inline.py`): stored
     as much as a value row, but gone with the records that hold them."""
+    bases: dict[BlobRef, str] = field(default_factory=dict)
+    """Tail rows (SQL savers, see `sql/tails.py`) -> the version of their base: a value
+    row of the same channel that must stay as long as the tail row does."""
 
 
 @dataclass(slots=True)
@@ -255,6 +258,10 @@ def plan_namespace(
         for cid in final
         for channel, version in ns_shape.nodes[cid].versions.items()
     }
+    # A tail row reads its base: the base stays with it, referenced or not.
+    referenced.update(
+        (ref[0], ns_shape.bases[ref]) for ref in list(referenced) if ref in ns_shape.bases
+    )
     garbage = {ref for ref in ns_shape.blobs if ref not in referenced}
     # Nothing materialized is ever garbage: its version belongs to a kept checkpoint.
     return doomed, garbage, closure.materialize, len(final - keep)

@@ -516,7 +516,7 @@ def _visit_writes(writes: Any, thread_id: str, ns: str, checkpoint_id: str, visi
 
 _TABLES: dict[str, tuple[tuple[str, ...], str]] = {
     # table -> (primary key columns in order, extra columns read)
-    "blobs": (("thread_id", "checkpoint_ns", "channel", "version"), ""),
+    "blobs": (("thread_id", "checkpoint_ns", "channel", "version"), "base_version"),
     "writes": (("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"), "channel"),
 }
 
@@ -552,8 +552,10 @@ def _sql_program(
     )
     after_cond = f"({', '.join(pk)}) > ({', '.join(param(c, f'a{i}') for i, c in enumerate(pk))})"
     where_key = " AND ".join(f"{c} = {param(c, f'k{i}')}" for i, c in enumerate(pk))
+    # A tail row (`savers/sql/tails.py`) is sealed whole: it stops being a tail.
+    whole = ", base_version = NULL" if table == "blobs" else ""
     update = (
-        f"UPDATE {name} SET type = {d.p('nt')}, blob = {d.p('nb')} "
+        f"UPDATE {name} SET type = {d.p('nt')}, blob = {d.p('nb')}{whole} "
         f"WHERE {where_key} AND type = {d.p('ot')} AND blob = {d.p('ob')}"
     )
     after: tuple[Any, ...] | None = None
@@ -574,6 +576,7 @@ def _sql_program(
         rows = yield Op(single(Stmt(sql, params, fetch=True)))
         if not rows:
             return
+        bases = (yield Op(_tail_bases_plan(d, rows))) if table == "blobs" else {}
         updates: list[dict[str, Any]] = []
         for row in rows:
             key = tuple(row[: len(pk)])
@@ -581,14 +584,17 @@ def _sql_program(
             _tally(report, enc, data)
             if enc.is_current(data, bind=bind):
                 continue
+            sealing = data
             if table == "blobs":
                 location = ValueLocation.blob(key[0], key[1], key[2], key[3])
+                if row[4] is not None:
+                    sealing = _whole_tail(enc, key, data, bases)
             else:
                 # The task id and slot as the saver was given them (PostgreSQL stores some
                 # LangGraph task ids shifted into idx): the location it reads them at.
                 task_id, idx = d.decode_write_key(row[6], key[4])
                 location = ValueLocation.write(key[0], key[1], key[2], task_id, idx, row[5])
-            new_tag, new_blob = enc.reseal(data, location, bind=bind)
+            new_tag, new_blob = enc.reseal(sealing, location, bind=bind)
             report.rewritten += 1
             updates.append(
                 {
@@ -606,6 +612,40 @@ def _sql_program(
         if len(rows) < batch_size:
             return
         after = tuple(rows[-1][: len(pk)])
+
+
+def _tail_bases_plan(d: Any, rows: Sequence[Any]) -> Any:
+    """The bases of the tail rows among a page of blob rows (key, base_version, ...)."""
+    from checkpointer.savers.sql.tails import bases_plan
+
+    keys = [(r[0], r[1], r[2], r[3]) for r in rows if r[4] is not None]
+    if not keys:
+        return {}
+    return (yield from bases_plan(d, keys))
+
+
+def _whole_tail(
+    enc: EncryptedSerializer, key: tuple[Any, ...], data: tuple[str, bytes], bases: Any
+) -> tuple[str, bytes]:
+    """A plaintext tail row (`savers/sql/tails.py`) as its whole value's plaintext pair,
+    joined from bytes with its base (opened first if already sealed, as an earlier page of
+    this run does to it). Encrypted rows are always whole: only the plain msgpack
+    serializer writes tails, and this keeps it so."""
+    from checkpointer.savers.sql.tails import join_whole, missing_base
+
+    thread_id, ns, channel, version = (str(k) for k in key[:4])
+    where = {"thread_id": thread_id, "checkpoint_ns": ns, "channel": channel, "version": version}
+    found = bases.get((thread_id, ns, channel, version))
+    if found is None:
+        raise missing_base((thread_id, ns, channel, version), where)
+    base_version, base = found
+    if base[0] == TAG_ENCRYPTED:
+        header = _parse(bytes(base[1]))[0]
+        at = ValueLocation.blob(thread_id, ns, channel, base_version)
+        opened = enc._open(base, at if header.bound else None)
+        assert opened is not None
+        base = opened
+    return join_whole(base, data, where)
 
 
 def _records_program(

@@ -28,9 +28,12 @@ Namespaces = dict[tuple[str, str], dict[str, _Node]]
 BlobKey = tuple[str, str, str, str]
 
 
-def _skeleton_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[tuple[Namespaces, set[BlobKey]]]:
+def _skeleton_plan(
+    d: Dialect, thread_ids: Sequence[str]
+) -> Plan[tuple[Namespaces, set[BlobKey], dict[BlobKey, str]]]:
     """The shape of some threads, without any value: parent pointers, run ids, channel
-    versions, and which (channel, version) blobs exist. Lifecycle decisions need no more."""
+    versions, which (channel, version) blobs exist, and the base version of each tail row
+    among them (`tails.py`). Lifecycle decisions need no more."""
     rows = yield Stmt(
         "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
         f"{d.versions_column('checkpoint')}, {d.counters_column('metadata')}, "
@@ -52,13 +55,18 @@ def _skeleton_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[tuple[Namespac
         # A value kept inline is stored at its version as much as a value row is.
         stored.update(inline_keys(thread_id, ns, node.versions, inline))
     blob_rows = yield Stmt(
-        f"SELECT thread_id, checkpoint_ns, channel, version FROM {d.blobs} "
+        f"SELECT thread_id, checkpoint_ns, channel, version, base_version FROM {d.blobs} "
         f"WHERE {d.in_list('thread_id', 'threads')}",
         {"threads": d.list_param(list(thread_ids))},
         fetch=True,
     )
-    stored.update(tuple(r) for r in blob_rows)
-    return namespaces, stored
+    bases: dict[BlobKey, str] = {}
+    for t, ns, ch, v, base in blob_rows:
+        key = (str(t), str(ns), str(ch), str(v))
+        stored.add(key)
+        if base is not None:
+            bases[key] = str(base)
+    return namespaces, stored, bases
 
 
 def inline_keys(thread_id: str, ns: str, versions: Mapping[str, str], inline: Any) -> list[BlobKey]:
@@ -105,9 +113,11 @@ def _delete_plan(
     namespaces: Namespaces,
     blobs: set[BlobKey],
     doomed: dict[tuple[str, str], set[str]],
+    bases: Mapping[BlobKey, str],
 ) -> Plan[None]:
     """Delete checkpoints (and the writes pending on them), then blobs no remaining
-    checkpoint of their namespace references. Writes of checkpoints not saved yet stay."""
+    checkpoint of their namespace references, directly or as the base of a tail row it
+    references (`tails.py`). Writes of checkpoints not saved yet stay."""
     keys = [(t, ns, cid) for (t, ns), ids in doomed.items() for cid in sorted(ids)]
     if not keys:
         return
@@ -121,6 +131,9 @@ def _delete_plan(
         if cid not in doomed.get((t, ns), ())
         for ch, v in node.versions.items()
     }
+    referenced.update(
+        (key[0], key[1], key[2], bases[key]) for key in list(referenced) if key in bases
+    )
     touched = set(doomed)
     garbage = sorted(k for k in blobs if (k[0], k[1]) in touched and k not in referenced)
     if garbage:
@@ -146,7 +159,13 @@ def delete_for_runs_plan(
         rows = [r for r in rows if r[0] in set(thread_ids)]
     if not rows:
         return
-    namespaces, blobs = yield from _skeleton_plan(d, sorted(r[0] for r in rows))
+    threads = sorted({str(r[0]) for r in rows})
+    # As retention does: writers of these threads queue behind the decision (PostgreSQL;
+    # SQLite's write transaction already excludes them), in one order against deadlocks.
+    for thread_id in threads:
+        if (lock := d.lock_thread(thread_id)) is not None:
+            yield lock
+    namespaces, blobs, bases = yield from _skeleton_plan(d, threads)
     wanted = set(runs)
     doomed: dict[tuple[str, str], set[str]] = {}
     for (thread_id, ns), namespace in namespaces.items():
@@ -160,5 +179,5 @@ def delete_for_runs_plan(
             if needed:
                 raise runs_still_needed(thread_id, cid, needed)
         doomed[(thread_id, ns)] = ids
-    yield from _delete_plan(d, namespaces, blobs, doomed)
+    yield from _delete_plan(d, namespaces, blobs, doomed, bases)
     yield from refresh_summaries_plan(d, sorted({t for t, _ in doomed}))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from checkpointer.channels.markers import DeltaSnapshot
+from checkpointer.errors import CorruptValueError, DeserializationError
 from checkpointer.savers.base import history_loop
 from checkpointer.savers.metadata import unescape_json_value
 from checkpointer.savers.sql.delta import delta_history_chunks, delta_walk_plan
@@ -27,6 +28,8 @@ from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.inline import RECORD_KEY as INLINE_KEY
 from checkpointer.savers.sql.inline import from_sql, stored_form
 from checkpointer.savers.sql.plan import Plan, Row, Stmt
+from checkpointer.savers.sql.records import version_text
+from checkpointer.savers.sql.tails import bases_plan, is_tail, join_whole
 from checkpointer.serde import default_serializer
 from checkpointer.types import INTERRUPT, RunnableConfig, checkpoint_ns_of, thread_id_of
 
@@ -431,6 +434,29 @@ class RawTuple:
     writes: list[RawWrite]
 
 
+def _whole_tails_plan(
+    d: Dialect, thread_id: str, ns: str, record: Any, blobs: dict[str, Any]
+) -> Plan[None]:
+    """Tail rows among `blobs` (`tails.py`) replaced by their whole value's stored pair,
+    joined from bytes with their base, so whoever shows them needs to know nothing of
+    tails. One whose base cannot be joined (missing, or sealed) stays as stored: its
+    tag then says why it cannot be shown."""
+    tails = {ch: pair for ch, pair in blobs.items() if is_tail(pair[0])}
+    versions = record.get("channel_versions") if isinstance(record, dict) else None
+    if not tails or not isinstance(versions, dict):
+        return
+    keys = {ch: (thread_id, ns, ch, version_text(versions[ch])) for ch in tails if ch in versions}
+    bases = yield from bases_plan(d, keys.values())
+    for channel, key in keys.items():
+        found = bases.get(key)
+        if found is None:
+            continue
+        try:
+            blobs[channel] = join_whole(found[1], tails[channel], {})
+        except (CorruptValueError, DeserializationError):
+            continue
+
+
 def raw_tuple_plan(
     d: Dialect, thread_id: str, ns: str, checkpoint_id: str
 ) -> Plan[RawTuple | None]:
@@ -466,6 +492,7 @@ def raw_tuple_plan(
     )
     doc = json_doc(record)
     blobs = {str(ch): (str(t), bytes(b)) for ch, t, b in blob_rows}
+    yield from _whole_tails_plan(d, thread_id, ns, doc, blobs)
     # Values kept in the record (see `sql/inline.py`) show as the value rows they stand for.
     inline = doc.pop(INLINE_KEY, None) if isinstance(doc, dict) else None
     if isinstance(inline, dict):

@@ -70,8 +70,8 @@ def thread_ids_plan(d: Dialect, thread_ids: Sequence[str] | None) -> Plan[list[s
 
 def shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
     """One thread's shape in three statements: checkpoints (links, versions, ts, pin,
-    size), stored values (key and size), pending writes per checkpoint (count, size,
-    whether one is an interrupt). No value is read."""
+    size), stored values (key, size, base of a tail row), pending writes per checkpoint
+    (count, size, whether one is an interrupt). No value is read."""
     params = {"t": thread_id}
     rows = yield Stmt(
         "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
@@ -98,14 +98,16 @@ def shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
             for _, _, channel, version in inline_keys(thread_id, str(ns), shaped.versions, inline)
         )
     blob_rows = yield Stmt(
-        f"SELECT checkpoint_ns, channel, version, {d.size('blob')} FROM {d.blobs} "
-        f"WHERE thread_id = {d.p('t')}",
+        f"SELECT checkpoint_ns, channel, version, {d.size('blob')}, base_version "
+        f"FROM {d.blobs} WHERE thread_id = {d.p('t')}",
         params,
         fetch=True,
     )
-    for ns, channel, version, size in blob_rows:
+    for ns, channel, version, size, base in blob_rows:
         namespace = shape.namespaces.setdefault(str(ns), NamespaceShape())
         namespace.blobs[(str(channel), str(version))] = int(size or 0)
+        if base is not None:  # a tail row (`tails.py`): its base stays while it does
+            namespace.bases[(str(channel), str(version))] = str(base)
     write_rows = yield Stmt(
         f"SELECT checkpoint_ns, checkpoint_id, count(*), sum({d.size('blob')}), "
         f"max(CASE WHEN channel = {d.p('interrupt')} THEN 1 ELSE 0 END) FROM {d.writes} "

@@ -606,8 +606,9 @@ class PostgresDialect(Dialect):
             "run_start = EXCLUDED.run_start, "
             + self.checkpoint_upsert_values()
             + f"), b AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, channel, version, "
-            "type, blob) SELECT %(dst)s, checkpoint_ns, channel, version, type, blob "
-            f"FROM {self.blobs} WHERE thread_id = %(src)s ON CONFLICT DO NOTHING) "
+            "type, blob, base_version) SELECT %(dst)s, checkpoint_ns, channel, version, type, "
+            f"blob, base_version FROM {self.blobs} WHERE thread_id = %(src)s "
+            "ON CONFLICT DO NOTHING) "
             f"INSERT INTO {self.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
             "task_name, task_path, idx, channel, type, blob, seq) SELECT %(dst)s, checkpoint_ns, "
             f"checkpoint_id, task_id, task_name, task_path, idx, channel, type, blob, seq "

@@ -452,9 +452,9 @@ class SqliteDialect(Dialect):
                 params,
             )
             yield Stmt(
-                f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob) "
-                f"SELECT :dst, checkpoint_ns, channel, version, type, blob FROM {BLOBS} "
-                "WHERE thread_id = :src ON CONFLICT DO NOTHING",
+                f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob, "
+                "base_version) SELECT :dst, checkpoint_ns, channel, version, type, blob, "
+                f"base_version FROM {BLOBS} WHERE thread_id = :src ON CONFLICT DO NOTHING",
                 params,
             )
             yield Stmt(

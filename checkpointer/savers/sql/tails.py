@@ -381,3 +381,83 @@ def missing_base(key: BaseKey, where: Mapping[str, Any]) -> CorruptValueError:
         "whose stored row is missing",
         **where,
     )
+
+
+# ------------------------------------------------------------------ the other row users
+def read_array_head(raw: bytes | memoryview, where: Mapping[str, Any]) -> tuple[int, int]:
+    """(item count, offset of the first item) of msgpack bytes that encode an array."""
+    if not raw:
+        raise CorruptValueError("a list value is empty bytes", **where)
+    first = raw[0]
+    if 0x90 <= first <= 0x9F:
+        return first - 0x90, 1
+    if first == 0xDC and len(raw) >= 3:
+        return int.from_bytes(raw[1:3], "big"), 3
+    if first == 0xDD and len(raw) >= 5:
+        return int.from_bytes(raw[1:5], "big"), 5
+    raise CorruptValueError("a tail value or its base is not a msgpack list", **where)
+
+
+def join_whole(base: Typed, tail: Typed, where: Mapping[str, Any]) -> Typed:
+    """The stored pair of a tail row's value written whole, made from bytes alone: one
+    array header, the base's items, the tail's items (the converse of `ListTails.encode`,
+    see module). `base` is the base row's pair (plain `msgpack`, compressed or not),
+    `tail` the tail row's (`tail+...`). Compressed (`+zstd`) when either was and it saves
+    space. No value is deserialized, so no class allowlist is involved: what copies,
+    re-encryption and inspection use to turn a tail into an ordinary row."""
+    from checkpointer.serde.frames import (
+        DEFAULT_LEVEL,
+        ZSTD_SUFFIX,
+        compress,
+        decompress_typed,
+        is_compressed,
+        limit_of,
+    )
+
+    base_tag, base_raw = decompress_typed((base[0], bytes(base[1])))
+    items_tag_, items_raw = decompress_typed((items_tag(tail[0]), bytes(tail[1])))
+    if base_tag != TAG_MSGPACK or items_tag_ != TAG_MSGPACK:
+        raise CorruptValueError(
+            f"a tail value (tag {tail[0]!r}) and its base (tag {base[0]!r}) must both be "
+            "msgpack lists",
+            **where,
+        )
+    base_count, base_start = read_array_head(base_raw, where)
+    count, start = read_array_head(items_raw, where)
+    raw = b"".join(
+        (
+            _array_head(base_count + count),
+            memoryview(base_raw)[base_start:],
+            memoryview(items_raw)[start:],
+        )
+    )
+    if (is_compressed(base[0]) or is_compressed(tail[0])) and len(raw) <= limit_of(None):
+        packed = compress(raw, DEFAULT_LEVEL)
+        if len(packed) < len(raw):
+            return TAG_MSGPACK + ZSTD_SUFFIX, packed
+    return TAG_MSGPACK, raw
+
+
+def has_tails_stmt(d: Dialect, thread_ids: Sequence[str] | None) -> Stmt:
+    """A row when any of the threads (any thread, None) holds a tail row."""
+    params: dict[str, Any] = {}
+    where = "base_version IS NOT NULL"
+    if thread_ids is not None:
+        params["threads"] = d.list_param(list(thread_ids))
+        where += f" AND {d.in_list('thread_id', 'threads')}"
+    return Stmt(f"SELECT 1 FROM {d.blobs} WHERE {where} LIMIT 1", params, fetch=True)
+
+
+def orphan_tails_stmt(d: Dialect, thread_ids: Sequence[str]) -> Stmt:
+    """(thread_id, checkpoint_ns, channel, version) of tail rows of the threads whose base
+    is not stored whole: what rows written around the saver (an import) must not leave."""
+    return Stmt(
+        f"SELECT t.thread_id, t.checkpoint_ns, t.channel, t.version FROM {d.blobs} t "
+        f"WHERE {d.in_list('t.thread_id', 'threads')} AND t.base_version IS NOT NULL "
+        f"AND NOT EXISTS (SELECT 1 FROM {d.blobs} b WHERE b.thread_id = t.thread_id AND "
+        "b.checkpoint_ns = t.checkpoint_ns AND b.channel = t.channel AND "
+        "b.version = t.base_version AND b.base_version IS NULL) "
+        "ORDER BY t.thread_id, t.checkpoint_ns, t.channel, t.version LIMIT 10",
+        {"threads": d.list_param(list(thread_ids))},
+        fetch=True,
+    )

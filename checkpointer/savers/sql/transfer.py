@@ -25,9 +25,10 @@ from checkpointer.savers.sql.plan import Plan, Stmt
 from checkpointer.savers.sql.record_seal import SEAL_KEY, make_seal, resealed, verify_record
 from checkpointer.savers.sql.records import record_json
 from checkpointer.savers.sql.summaries import refresh_summaries_plan
+from checkpointer.savers.sql.tails import Bases, bases_plan, load_tail
 from checkpointer.serde.base import Serializer
 from checkpointer.serde.encryption import bound_values_stmts
-from checkpointer.serde.located import ValueLocation, is_located, relocate
+from checkpointer.serde.located import ValueLocation, dumps_at, is_located, load_at, relocate
 from checkpointer.types import utc_now_iso
 
 MAX_PATH = 10_000_000
@@ -54,6 +55,9 @@ class BlobRow:
     version: str
     type: str
     blob: bytes
+    base_version: str | None = None
+    """Set on a tail row (`tails.py`): the version of the whole row it continues, which
+    must travel with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +122,7 @@ def blobs_page_plan(
     """Channel values of a thread in primary-key order, `size` after `after`."""
     params: dict[str, Any] = {"thread_id": thread_id, "size": size}
     sql = (
-        f"SELECT checkpoint_ns, channel, version, type, blob FROM {d.blobs} "
+        f"SELECT checkpoint_ns, channel, version, type, blob, base_version FROM {d.blobs} "
         f"WHERE thread_id = {d.p('thread_id')}"
     )
     if after is not None:
@@ -130,8 +134,13 @@ def blobs_page_plan(
         sql + f" ORDER BY checkpoint_ns, channel, version LIMIT {d.p('size')}", params, True
     )
     return [
-        BlobRow(thread_id, str(ns), str(ch), str(v), str(t), bytes(b)) for ns, ch, v, t, b in rows
+        BlobRow(thread_id, str(ns), str(ch), str(v), str(t), bytes(b), _opt(base))
+        for ns, ch, v, t, b, base in rows
     ]
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def writes_page_plan(
@@ -199,10 +208,13 @@ def insert_checkpoints_stmt(d: Dialect, rows: Sequence[CheckpointRow]) -> Stmt:
 
 
 def insert_blobs_stmt(d: Dialect, rows: Sequence[BlobRow]) -> Stmt:
+    """Insert value rows as they are, tail rows with their base version (a row already
+    there is left alone)."""
     return Stmt(
-        f"INSERT INTO {d.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
-        f"VALUES ({d.p('thread_id')}, {d.p('checkpoint_ns')}, {d.p('channel')}, "
-        f"{d.p('version')}, {d.p('type')}, {d.p('blob')}) ON CONFLICT DO NOTHING",
+        f"INSERT INTO {d.blobs} (thread_id, checkpoint_ns, channel, version, type, blob, "
+        f"base_version) VALUES ({d.p('thread_id')}, {d.p('checkpoint_ns')}, "
+        f"{d.p('channel')}, {d.p('version')}, {d.p('type')}, {d.p('blob')}, "
+        f"{d.text(d.p('base'))}) ON CONFLICT DO NOTHING",
         [
             {
                 "thread_id": r.thread_id,
@@ -211,6 +223,7 @@ def insert_blobs_stmt(d: Dialect, rows: Sequence[BlobRow]) -> Stmt:
                 "version": r.version,
                 "type": r.type,
                 "blob": r.blob,
+                "base": r.base_version,
             }
             for r in rows
         ],
@@ -279,11 +292,25 @@ RELOCATE_PAGE = 500
 """Values re-sealed per statement when a copy moves them to another thread."""
 
 
-def _relocated_blob(serde: Serializer, row: BlobRow, target: str) -> BlobRow:
-    def at(thread_id: str) -> ValueLocation:
-        return ValueLocation.blob(thread_id, row.checkpoint_ns, row.channel, row.version)
+def _relocated_blob(serde: Serializer, row: BlobRow, target: str, bases: Bases) -> BlobRow:
+    def at(thread_id: str, version: str = row.version) -> ValueLocation:
+        return ValueLocation.blob(thread_id, row.checkpoint_ns, row.channel, version)
 
-    tag, data = relocate(serde, (row.type, row.blob), at(row.thread_id), at(target))
+    if row.base_version is None:
+        tag, data = relocate(serde, (row.type, row.blob), at(row.thread_id), at(target))
+        return BlobRow(target, row.checkpoint_ns, row.channel, row.version, tag, data)
+    # A tail row (`tails.py`) is stored whole: read with its base at the source, written
+    # at the target, so the copy needs no base (serializers that bind values never write
+    # tails, and keep none).
+    key = (row.thread_id, row.checkpoint_ns, row.channel, row.version)
+    value = load_tail(
+        key,
+        (row.type, row.blob),
+        bases.get(key),
+        lambda pair, version, _keep: load_at(serde, pair, at(row.thread_id, version)),
+        at(row.thread_id).where(),
+    )
+    tag, data = dumps_at(serde, value, at(target))
     return BlobRow(target, row.checkpoint_ns, row.channel, row.version, tag, data)
 
 
@@ -319,14 +346,21 @@ def relocate_values_plan(
 ) -> Plan[None]:
     """Copy the values (blobs, then pending writes) of thread `source` that the filters
     accept into `target`, each read at its own location and stored at the target's: what a
-    copy needs when the serializer binds values to their location (`is_located`). Pages of
-    `RELOCATE_PAGE` rows, so memory stays bounded; run it in the copy's transaction."""
+    copy needs when the serializer binds values to their location (`is_located`). Tail
+    rows are stored whole (their value read with their base), so they need no base in the
+    target. Pages of `RELOCATE_PAGE` rows, so memory stays bounded; run it in the copy's
+    transaction."""
     blob_after: tuple[str, str, str] | None = None
     while True:
         blobs = yield from blobs_page_plan(d, source, blob_after, RELOCATE_PAGE)
-        moved = [
-            _relocated_blob(serde, r, target) for r in blobs if blob_keys is None or blob_keys(r)
+        chosen = [r for r in blobs if blob_keys is None or blob_keys(r)]
+        tails = [
+            (r.thread_id, r.checkpoint_ns, r.channel, r.version)
+            for r in chosen
+            if r.base_version is not None
         ]
+        bases = (yield from bases_plan(d, tails)) if tails else {}
+        moved = [_relocated_blob(serde, r, target, bases) for r in chosen]
         if moved:
             yield insert_blobs_stmt(d, moved)
         if len(blobs) < RELOCATE_PAGE:
@@ -422,6 +456,21 @@ def copy_thread_guarded_plan(
     if replace:
         yield from d.delete_thread_plan(target).plan
     yield from copy
+
+
+def copy_bases_stmt(d: Dialect, source: str, target: str, ns: str) -> Stmt:
+    """Copy from `source` the bases of the tail rows (`tails.py`) of `target`'s namespace
+    `ns` that `target` lacks: a copy of some values must bring what they continue, even
+    when no copied checkpoint names the base's own version."""
+    return Stmt(
+        f"INSERT INTO {d.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
+        f"SELECT {d.p('dst')}, b.checkpoint_ns, b.channel, b.version, b.type, b.blob "
+        f"FROM {d.blobs} b WHERE b.thread_id = {d.p('src')} AND b.checkpoint_ns = {d.p('ns')} "
+        "AND b.base_version IS NULL AND EXISTS (SELECT 1 FROM "
+        f"{d.blobs} t WHERE t.thread_id = {d.p('dst')} AND t.checkpoint_ns = {d.p('ns')} "
+        "AND t.channel = b.channel AND t.base_version = b.version) ON CONFLICT DO NOTHING",
+        {"src": source, "dst": target, "ns": ns},
+    )
 
 
 def refuse_bound_values_plan(d: Dialect, thread_id: str, action: str) -> Plan[None]:
@@ -538,13 +587,15 @@ def fork_to_thread_plan(
         return ForkResult(target, ns, checkpoint_id, checkpoint_id, len(ids), not has_child)
     if keys:
         yield Stmt(
-            f"INSERT INTO {d.blobs} (thread_id, checkpoint_ns, channel, version, type, blob) "
-            f"SELECT {d.p('dst')}, checkpoint_ns, channel, version, type, blob FROM {d.blobs} "
+            f"INSERT INTO {d.blobs} (thread_id, checkpoint_ns, channel, version, type, blob, "
+            f"base_version) SELECT {d.p('dst')}, checkpoint_ns, channel, version, type, blob, "
+            f"base_version FROM {d.blobs} "
             f"WHERE thread_id = {d.p('src')} AND checkpoint_ns = {d.p('ns')} "
             f"AND channel = {d.p('ch')} AND version = {d.p('v')} ON CONFLICT DO NOTHING",
             [{**params, "ch": str(ch), "v": str(v)} for ch, v in keys],
             many=True,
         )
+        yield copy_bases_stmt(d, source, target, ns)
     if write_ids:
         yield Stmt(
             f"INSERT INTO {d.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
