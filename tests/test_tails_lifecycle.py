@@ -540,12 +540,6 @@ def test_cli_export_import_and_an_older_importer(
 
 
 # --------------------------------------------------------------------------- concurrency
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL put checks a tail's base in its statement's snapshot: a deletion "
-    "committed while the put waits on the thread lock leaves the tail without its base "
-    "(fix in the put: lock the base rows it checks, FOR KEY SHARE)",
-)
 def test_postgres_put_racing_delete_for_runs_keeps_its_value_readable(tmp_path: Path) -> None:
     """delete_for_runs deletes a run whose base the next put (another run, going on from
     the head) writes a tail of: the deletion's transaction is open when the put starts,

@@ -466,11 +466,13 @@ class PostgresDialect(Dialect):
             # (`tails.py`); if not, nothing is written and the put goes again whole.
             ctes.insert(
                 2,
-                f"bases_ok AS (SELECT NOT EXISTS (SELECT 1 FROM ({tails}) x WHERE NOT EXISTS "
-                f"(SELECT 1 FROM {self.blobs} b WHERE b.thread_id = %(thread_id)s AND "
-                "b.checkpoint_ns = %(checkpoint_ns)s AND b.channel = x.t_channel AND "
-                "b.version = x.t_base AND b.base_version IS NULL AND "
-                f"{self.size('b.blob')} = x.t_size)) AS v)",
+                # Locked (FOR KEY SHARE): a deletion not yet committed is waited for, and
+                # a base it removed is then missing, rather than seen in this snapshot.
+                f"bases_ok AS (SELECT (SELECT count(*) FROM (SELECT 1 FROM {self.blobs} b "
+                f"JOIN ({tails}) x ON b.channel = x.t_channel AND b.version = x.t_base "
+                f"AND {self.size('b.blob')} = x.t_size WHERE b.thread_id = %(thread_id)s AND "
+                "b.checkpoint_ns = %(checkpoint_ns)s AND b.base_version IS NULL "
+                f"FOR KEY SHARE OF b) l) = {tail_rows} AS v)",
             )
             ctes.append(
                 f"new_tails AS (INSERT INTO {self.blobs} (thread_id, checkpoint_ns, "
