@@ -46,6 +46,14 @@ from checkpointer.savers.sql.plan import Plan, Row, Stmt
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import CompressingSerializer
 from checkpointer.serde.fast_path import _array_head
+from checkpointer.serde.frames import (
+    DEFAULT_LEVEL,
+    ZSTD_SUFFIX,
+    compress,
+    decompress_typed,
+    is_compressed,
+    limit_of,
+)
 from checkpointer.serde.located import ValueLocation
 from checkpointer.serde.msgpack_serde import MsgpackSerializer
 from checkpointer.serde.value_cache import ValueCache
@@ -405,15 +413,6 @@ def join_whole(base: Typed, tail: Typed, where: Mapping[str, Any]) -> Typed:
     `tail` the tail row's (`tail+...`). Compressed (`+zstd`) when either was and it saves
     space. No value is deserialized, so no class allowlist is involved: what copies,
     re-encryption and inspection use to turn a tail into an ordinary row."""
-    from checkpointer.serde.frames import (
-        DEFAULT_LEVEL,
-        ZSTD_SUFFIX,
-        compress,
-        decompress_typed,
-        is_compressed,
-        limit_of,
-    )
-
     base_tag, base_raw = decompress_typed((base[0], bytes(base[1])))
     items_tag_, items_raw = decompress_typed((items_tag(tail[0]), bytes(tail[1])))
     if base_tag != TAG_MSGPACK or items_tag_ != TAG_MSGPACK:
