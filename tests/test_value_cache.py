@@ -366,3 +366,31 @@ def test_loading_through_the_cache_equals_loading_without(value: Any) -> None:
             assert type(got) is type(expected) and repr(got) == repr(expected)
         if isinstance(reads[0], list | dict):
             assert reads[0] is not reads[1] is not reads[2]
+
+
+# ------------------------------------------------------------------- composed values
+def test_a_composed_value_is_kept_for_its_very_two_pairs() -> None:
+    """A tail and its base (`savers/sql/tails.py`): made once, then fresh copies; made
+    again when either stored pair differs; a value without a cheap copy is never kept."""
+    cache = ValueCache(8 * 1024 * 1024)
+    key = ("t", "", "messages", "2")
+    tail, base = ("tail+msgpack", b"tail bytes"), ("msgpack+zstd", b"base bytes")
+    made: list[int] = []
+
+    def make(value: Any = None) -> Any:
+        made.append(1)
+        return _messages(30) if value is None else value
+
+    first = cache.load_composed(key, tail, base, make)
+    again = cache.load_composed(key, tail, base, make)
+    assert again == first and again is not first and again[0] is not first[0]
+    assert len(made) == 1
+    first[0]["content"] = "changed by the caller"  # never reaches the kept copy
+    assert cache.load_composed(key, tail, base, make)[0]["content"] != "changed by the caller"
+    cache.load_composed(key, tail, ("msgpack+zstd", b"other base"), make)
+    cache.load_composed(key, ("tail+msgpack", b"other tail"), base, make)
+    assert len(made) == 3
+    shared = [(1, 2)]  # tuples: no exact cheap copy
+    assert cache.load_composed(("t", "", "x", "1"), tail, base, lambda: make(shared)) is shared
+    assert cache.load_composed(("t", "", "x", "1"), tail, base, lambda: make(shared)) is shared
+    assert len(made) == 5

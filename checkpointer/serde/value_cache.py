@@ -54,6 +54,9 @@ _ENTRY_OVERHEAD: Final = 256
 _UNCOPYABLE: Final = object()
 """Kept in an entry's value slot when its value was decoded and has no cheap copy."""
 
+_COMPOSED_WEIGHT: Final = 8
+"""Bytes counted per stored byte of a composed value kept decoded (`load_composed`)."""
+
 _DECODED_MIN_BYTES: Final = 4096
 """Smaller values are decoded again on each read: keeping them would cost about as much."""
 
@@ -199,6 +202,25 @@ class ValueCache:
             return fast(plain) if value is _NOT_PLAIN else value
         kept = copier(value)  # the caller's value is theirs alone
         self._store(key, (tag, raw, plain, extra + 2 * len(stored) + _ENTRY_OVERHEAD, kept, copier))
+        return value
+
+    def load_composed(self, key: Key, data: Typed, base: Typed, make: Callable[[], Any]) -> Any:
+        """A value made of two stored pairs, `data` at `key` and `base` (a tail row and its
+        base, `savers/sql/tails.py`): a fresh copy when it was made from these very pairs
+        before and kept, else `make()`, kept when it has an exact cheap copy (plain data,
+        which reads alike under every serializer policy, as `load` keeps)."""
+        if not self._max:
+            return make()
+        tag, raw = data
+        entry = self._lookup(key, tag, raw)
+        if entry is not None and entry[5] is not None and entry[2] == base:
+            return entry[5](entry[4])
+        value = make()
+        copier = copier_for(value)
+        if copier is not None:
+            # Decoded objects weigh several times their compressed bytes (estimate).
+            cost = _COMPOSED_WEIGHT * (len(base[1]) + len(raw)) + _ENTRY_OVERHEAD
+            self._store(key, (tag, raw, base, cost, copier(value), copier))
         return value
 
     def _lookup(self, key: Key, tag: str, raw: bytes) -> _Entry | None:

@@ -443,6 +443,7 @@ def decode_tuples(
                         None if base is None else (row[4], base),
                         partial(load_stored, fast, cache, read, located, thread_id, ns, channel),
                         {**where, "channel": channel, "version": version},
+                        cache if keep and fast is not None else None,
                     )
                     continue
                 if fast is not None:

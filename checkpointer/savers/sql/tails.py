@@ -349,16 +349,25 @@ def load_tail(
     base: tuple[str, Typed] | None,
     load: Callable[[Typed, str, bool], Any],
     where: Mapping[str, Any],
+    cache: ValueCache | None = None,
 ) -> list[Any]:
     """The value of the tail row `data` at `key`: its base's list, then its items. `base`:
     (its version, its stored pair), None if it was not found. `load(pair, version, keep)`
     reads a stored pair of the key's channel at `version` (a base is kept decoded: many
-    tails share it)."""
+    tails share it). With `cache`, the value itself is kept decoded too (the head read
+    again: `ValueCache.load_composed`)."""
     if base is None:
         raise missing_base(key, where)
-    base_value = load(base[1], base[0], True)
-    items = load((items_tag(data[0]), data[1]), key[3], False)
-    return compose(base_value, items, where)
+    found = base
+
+    def make() -> list[Any]:
+        base_value = load(found[1], found[0], True)
+        items = load((items_tag(data[0]), data[1]), key[3], False)
+        return compose(base_value, items, where)
+
+    if cache is None:
+        return make()
+    return cache.load_composed(key, data, found[1], make)
 
 
 def bases_plan(d: Dialect, keys: Iterable[BaseKey]) -> Plan[Bases]:
