@@ -55,6 +55,7 @@ from checkpointer.serde.fast_path import (
     _is_one_object,
     _load_plain,
     _plain_unpackb,
+    array_header,
 )
 from checkpointer.serde.fresh_copy import Copier, copier_for
 from checkpointer.serde.fresh_copy import copy_records as _copy_records
@@ -98,20 +99,6 @@ def metadata_from_json(text: str) -> dict[str, Any]:
 
 def _may_hold_codec(raw: bytes) -> bool:
     return any(marker in raw for marker in _CODEC_MARKERS)
-
-
-def _array_header(raw: bytes) -> tuple[int, int] | None:
-    """(item count, header length) of a msgpack array, or None for anything else."""
-    if not raw:
-        return None
-    head = raw[0]
-    if 0x90 <= head <= 0x9F:
-        return head - 0x90, 1
-    if head == 0xDC and len(raw) >= 3:
-        return int.from_bytes(raw[1:3], "big"), 3
-    if head == 0xDD and len(raw) >= 5:
-        return int.from_bytes(raw[1:5], "big"), 5
-    return None
 
 
 def _item_ends(items: memoryview, count: int) -> list[int] | None:
@@ -288,7 +275,7 @@ class DecodedValues:
                 and data[0] == TAG_MSGPACK
                 and type(raw) is bytes
             ):
-                header = _array_header(raw)
+                header = array_header(raw)
                 if header is not None and header[0] == len(kept):
                     ends = _item_ends(memoryview(raw)[header[1] :], header[0])
                     if ends is not None:
@@ -417,7 +404,7 @@ class DecodedValues:
         base = self._bases.get(channel)
         if base is None:
             return None
-        header = _array_header(raw)
+        header = array_header(raw)
         if header is None or header[0] == 0:
             return None
         count, at = header

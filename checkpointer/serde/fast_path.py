@@ -234,15 +234,10 @@ def _unwrap(raw: bytes | memoryview) -> tuple[list[Callable[[Any], Any]], bytes 
     wrappers: list[Callable[[Any], Any]] = []
     view = memoryview(raw)
     while len(wrappers) < _MAX_WRAPPERS:
-        head = view[0] if view else 0
-        if 0x91 <= head <= 0x9F:
-            count, at = head - 0x90, 1
-        elif head == 0xDC and len(view) >= 3:
-            count, at = int.from_bytes(view[1:3], "big"), 3
-        elif head == 0xDD and len(view) >= 5:
-            count, at = int.from_bytes(view[1:5], "big"), 5
-        else:
+        header = array_header(view)
+        if header is None:
             break
+        count, at = header
         if count < 1 or view[at : at + 2] != _EMPTY_EXT or len(view) < at + 3:
             break
         code = view[at + 2]
@@ -258,6 +253,20 @@ def _unwrap(raw: bytes | memoryview) -> tuple[list[Callable[[Any], Any]], bytes 
             return wrappers, _array_head(count - 1) + bytes(rest)
         break
     return wrappers, view if wrappers else raw  # a view: no copy of a large payload
+
+
+def array_header(raw: bytes | memoryview) -> tuple[int, int] | None:
+    """(item count, header length) of msgpack bytes that start with an array, or None."""
+    if not raw:
+        return None
+    head = raw[0]
+    if 0x90 <= head <= 0x9F:
+        return head - 0x90, 1
+    if head == 0xDC and len(raw) >= 3:
+        return int.from_bytes(raw[1:3], "big"), 3
+    if head == 0xDD and len(raw) >= 5:
+        return int.from_bytes(raw[1:5], "big"), 5
+    return None
 
 
 def _array_head(count: int) -> bytes:

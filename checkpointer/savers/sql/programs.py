@@ -250,9 +250,13 @@ class SqlPrograms:
             None,
         )
 
-    def _p_with_bases(self, rows: list[Row]) -> Program[list[Row]]:
-        """`rows` of `reads._tuples_sql`, with the bases it could not bring (tails.py)."""
-        missing = missing_bases(rows)
+    def _p_with_bases(
+        self, rows: list[Row], missing: list[BaseKey] | None = None
+    ) -> Program[list[Row]]:
+        """`rows` of `reads._tuples_sql`, with the bases it could not bring (tails.py);
+        `missing`: `reads.missing_bases(rows)`, when the caller has it."""
+        if missing is None:
+            missing = missing_bases(rows)
         if not missing:
             return rows
         return rows + base_rows((yield from self._p_tail_bases(missing)))

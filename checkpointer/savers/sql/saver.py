@@ -131,8 +131,8 @@ class SyncSqlSaver(SqlPrograms, BaseCheckpointSaver):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         rows = self._read(lambda d: get_tuple_stmt(d, config))
-        if missing_bases(rows):  # tails whose records name no base (see `tails.py`)
-            rows = self._drive(self._p_with_bases(rows))
+        if missing := missing_bases(rows):  # tails whose records name no base (`tails.py`)
+            rows = self._drive(self._p_with_bases(rows, missing))
         return next(
             decode_tuples(rows, self.serde, self._dialect, self.value_cache, self._read_context()),
             None,
@@ -154,8 +154,8 @@ class SyncSqlSaver(SqlPrograms, BaseCheckpointSaver):
         while (stmt := pager.next_stmt()) is not None:
             # No lock and no connection is held while the caller consumes the page.
             rows = self._read(stmt)
-            if missing_bases(rows):  # tails whose records name no base (see `tails.py`)
-                rows = self._drive(self._p_with_bases(rows))
+            if missing := missing_bases(rows):  # tails whose records name no base
+                rows = self._drive(self._p_with_bases(rows, missing))
             yield from pager.tuples(rows)
 
     def put(

@@ -45,7 +45,7 @@ from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.plan import Plan, Row, Stmt
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import CompressingSerializer
-from checkpointer.serde.fast_path import _array_head
+from checkpointer.serde.fast_path import _array_head, array_header
 from checkpointer.serde.frames import (
     DEFAULT_LEVEL,
     ZSTD_SUFFIX,
@@ -403,16 +403,10 @@ def missing_base(key: BaseKey, where: Mapping[str, Any]) -> CorruptValueError:
 # ------------------------------------------------------------------ the other row users
 def read_array_head(raw: bytes | memoryview, where: Mapping[str, Any]) -> tuple[int, int]:
     """(item count, offset of the first item) of msgpack bytes that encode an array."""
-    if not raw:
-        raise CorruptValueError("a list value is empty bytes", **where)
-    first = raw[0]
-    if 0x90 <= first <= 0x9F:
-        return first - 0x90, 1
-    if first == 0xDC and len(raw) >= 3:
-        return int.from_bytes(raw[1:3], "big"), 3
-    if first == 0xDD and len(raw) >= 5:
-        return int.from_bytes(raw[1:5], "big"), 5
-    raise CorruptValueError("a tail value or its base is not a msgpack list", **where)
+    header = array_header(raw)
+    if header is None:
+        raise CorruptValueError("a tail value or its base is not a msgpack list", **where)
+    return header
 
 
 def join_whole(base: Typed, tail: Typed, where: Mapping[str, Any]) -> Typed:
