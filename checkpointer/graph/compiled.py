@@ -10,9 +10,11 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+import checkpointer.graph.guard as guard
+import checkpointer.graph.history as history_mod
+import checkpointer.graph.loop as loop
+import checkpointer.graph.state_api as state_api
 from checkpointer.errors import ConfigError
-from checkpointer.graph import guard, loop, state_api
-from checkpointer.graph import history as history_mod
 from checkpointer.graph.drivers import AsyncDriver, Done, SyncDriver
 from checkpointer.graph.effects import Program
 from checkpointer.graph.loop import StreamMode
