@@ -33,6 +33,7 @@ from typing import Any
 from checkpointer.errors import ConfigError, DeserializationError, SerializationError
 from checkpointer.langgraph import LangGraphSaver
 from checkpointer.savers.base import BaseCheckpointSaver
+from checkpointer.savers.postgres import DEFAULT_PREPARE_THRESHOLD
 from checkpointer.savers.sql.migration import parse_url
 from checkpointer.serde import Serializer
 
@@ -106,7 +107,7 @@ def _prepare_threshold(environ: Mapping[str, str]) -> int | None:
     raw = environ.get(ENV["prepare_threshold"], "").strip().lower()
     if raw in ("none", "off", "disable", "disabled"):
         return None
-    return _number(environ, "prepare_threshold", 5, minimum=0)
+    return _number(environ, "prepare_threshold", DEFAULT_PREPARE_THRESHOLD, minimum=0)
 
 
 def _key_bytes(name: str, key_id: str, text: str) -> bytes:
@@ -154,7 +155,7 @@ class Settings:
     setup: bool = True
     pool_min_size: int = 1
     pool_max_size: int = 10
-    prepare_threshold: int | None = 5
+    prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
     busy_timeout: float = 5.0
     encryption_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
     active_key_id: str | None = None

@@ -289,6 +289,73 @@ def test_pg_without_prepared_statements(pg_url: str, pg_schema: str) -> None:
         assert not conn.closed  # not ours to close
 
 
+def _plan_settings(conn: Any) -> tuple[str, int, int]:
+    """(plan_cache_mode, prepared statements, custom plans made for them) of a session."""
+    mode = conn.execute("SHOW plan_cache_mode").fetchone()[0]
+    prepared, custom = conn.execute(
+        "SELECT count(*), coalesce(sum(custom_plans), 0) FROM pg_prepared_statements"
+    ).fetchone()
+    return mode, int(prepared), int(custom)
+
+
+def test_pg_own_pool_prepares_generic_plans(pg_url: str, pg_schema: str) -> None:
+    """A saver opened on a URL prepares a statement at its second use and asks for
+    generic plans: repeated reads are not planned again (server-side planning cost more
+    than running them)."""
+    with PostgresSaver.from_conn_string(pg_url, schema=pg_schema, max_size=1) as saver:
+        build_sync(saver, "plans", 3)
+        for _ in range(4):
+            saver.get_tuple(make_config("plans"))
+            list(saver.list(make_config("plans")))
+        with saver._executor._pool.connection() as conn:
+            mode, prepared, custom = _plan_settings(conn)
+    assert mode == "force_generic_plan"
+    assert prepared >= 2  # get_tuple and the list page at least
+    assert custom == 0
+
+
+def test_pg_own_connection_keeps_url_options(pg_url: str, pg_schema: str) -> None:
+    """`options` given in the URL stay in force beside the plan setting."""
+    sep = "&" if "?" in pg_url else "?"
+    url = f"{pg_url}{sep}options=-c%20application_name%3Dplans_probe"
+    with PostgresSaver.from_conn_string(url, schema=pg_schema, pool=False) as saver:
+        conn = saver._executor._conn
+        assert conn.execute("SHOW application_name").fetchone() == ("plans_probe",)
+        assert _plan_settings(conn)[0] == "force_generic_plan"
+
+
+def test_pg_passed_connection_and_no_prepare_keep_server_defaults(
+    pg_url: str, pg_schema: str
+) -> None:
+    """Connections passed in are not reconfigured; `prepare_threshold=None` (PgBouncer)
+    opens its own without the plan option, which only matters to prepared statements."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        default = conn.execute("SHOW plan_cache_mode").fetchone()[0]
+        saver = PostgresSaver(conn, schema=pg_schema)
+        saver.setup()
+        build_sync(saver, "given", 2)
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == (default,)
+    with PostgresSaver.from_conn_string(
+        pg_url, schema=pg_schema, pool=False, prepare_threshold=None
+    ) as saver:
+        assert _plan_settings(saver._executor._conn)[:2] == (default, 0)
+
+
+async def test_async_pg_own_pool_prepares_generic_plans(pg_url: str, pg_schema: str) -> None:
+    async with AsyncPostgresSaver.from_conn_string(pg_url, schema=pg_schema, max_size=1) as saver:
+        for step in range(3):
+            await saver.aput(make_config("aplans"), empty_checkpoint(), {"step": step}, {})
+        for _ in range(4):
+            await saver.aget_tuple(make_config("aplans"))
+        async with saver._executor._pool.connection() as conn:
+            mode = (await (await conn.execute("SHOW plan_cache_mode")).fetchone())[0]
+            cur = await conn.execute(
+                "SELECT count(*), coalesce(sum(custom_plans), 0) FROM pg_prepared_statements"
+            )
+            prepared, custom = await cur.fetchone()
+    assert (mode, int(custom)) == ("force_generic_plan", 0) and prepared >= 1
+
+
 def test_pg_accepts_pool_and_user_transaction(pg_url: str, pg_schema: str) -> None:
     with ConnectionPool(pg_url, min_size=1, max_size=2, open=True) as pool:
         saver = PostgresSaver(pool, schema=pg_schema)

@@ -6,6 +6,12 @@ Most operations are a single statement (put: blobs and checkpoint together; get_
 list page; delta history), so they work behind PgBouncer in transaction mode; pass
 `prepare_threshold=None` there so no server-side prepared statement is ever used.
 
+Connections the saver opens itself (from a URL) prepare a statement at its second use
+and ask the server for generic plans (`plan_cache_mode=force_generic_plan`): every
+statement is keyed by one thread, so one plan fits every call, and the server stops
+planning each call anew (2 ms for a delta history, 1 ms for `get_tuple`: more than
+running them). Connections and pools you pass in are used as they are configured.
+
 When a pooled connection dies (server restart, idle timeout, pg_terminate_backend), reads,
 put, put_writes and setup are re-run on a fresh connection up to `retries` times; other
 operations, and failures past the retries, raise `StorageUnavailableError` (see
@@ -42,18 +48,39 @@ def _conninfo(url: str) -> str:
     return conninfo
 
 
-def _connect_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
-    return {"autocommit": True, "prepare_threshold": prepare_threshold}
+DEFAULT_PREPARE_THRESHOLD = 1
+"""Executions of a statement before it is prepared: prepared at its second use, so a
+one-off statement costs no extra round trip."""
+
+GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+"""Server option for the connections the saver opens (module docstring)."""
+
+
+def _connect_kwargs(prepare_threshold: int | None, conninfo: str) -> dict[str, Any]:
+    """psycopg connection arguments for a connection the saver opens on `conninfo`:
+    autocommit, the prepare threshold and, when statements are prepared, generic plans
+    (added to any `options` the URL already sets)."""
+    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
+    if prepare_threshold is not None:
+        from psycopg.conninfo import conninfo_to_dict
+
+        given = str(conninfo_to_dict(conninfo).get("options") or "").strip()
+        kwargs["options"] = f"{given} {GENERIC_PLANS}".strip()
+    return kwargs
 
 
 def _pool_options(
-    min_size: int, max_size: int, prepare_threshold: int | None, extra: dict[str, Any] | None
+    min_size: int,
+    max_size: int,
+    prepare_threshold: int | None,
+    extra: dict[str, Any] | None,
+    conninfo: str,
 ) -> dict[str, Any]:
     """What a saver given a URL passes to the pool it creates (sync or async)."""
     return {
         "min_size": min_size,
         "max_size": max_size,
-        "kwargs": _connect_kwargs(prepare_threshold),
+        "kwargs": _connect_kwargs(prepare_threshold, conninfo),
         **(extra or {}),
     }
 
@@ -78,7 +105,7 @@ class PostgresSaver(SyncSqlSaver):
         *,
         schema: str = "public",
         serde: Serializer | None = None,
-        prepare_threshold: int | None = 5,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         min_size: int = 1,
         max_size: int = 10,
         pool_kwargs: dict[str, Any] | None = None,
@@ -99,9 +126,10 @@ class PostgresSaver(SyncSqlSaver):
         if isinstance(conn, str):
             from psycopg_pool import ConnectionPool
 
+            conninfo = _conninfo(conn)
             conn = ConnectionPool(
-                _conninfo(conn),
-                **_pool_options(min_size, max_size, prepare_threshold, pool_kwargs),
+                conninfo,
+                **_pool_options(min_size, max_size, prepare_threshold, pool_kwargs, conninfo),
                 open=True,
             )
         self._executor = PostgresExecutor(
@@ -120,7 +148,7 @@ class PostgresSaver(SyncSqlSaver):
         *,
         pool: bool = True,
         setup: bool = True,
-        prepare_threshold: int | None = 5,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         **kwargs: Any,
     ) -> Iterator[PostgresSaver]:
         """A saver on a URL, closed on exit: a pool (default) or, with `pool=False`, one
@@ -134,7 +162,9 @@ class PostgresSaver(SyncSqlSaver):
 
             conninfo = _conninfo(conn_string)
             try:
-                connection = Connection.connect(conninfo, **_connect_kwargs(prepare_threshold))
+                connection = Connection.connect(
+                    conninfo, **_connect_kwargs(prepare_threshold, conninfo)
+                )
             except OperationalError as exc:
                 raise _cannot_connect(conninfo, kwargs.get("schema", "public"), exc) from exc
             try:
@@ -164,7 +194,7 @@ class AsyncPostgresSaver(AsyncSqlSaver):
         *,
         schema: str = "public",
         serde: Serializer | None = None,
-        prepare_threshold: int | None = 5,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         min_size: int = 1,
         max_size: int = 10,
         pool_kwargs: dict[str, Any] | None = None,
@@ -182,9 +212,10 @@ class AsyncPostgresSaver(AsyncSqlSaver):
         if isinstance(conn, str):
             from psycopg_pool import AsyncConnectionPool
 
+            conninfo = _conninfo(conn)
             conn = AsyncConnectionPool(
-                _conninfo(conn),
-                **_pool_options(min_size, max_size, prepare_threshold, pool_kwargs),
+                conninfo,
+                **_pool_options(min_size, max_size, prepare_threshold, pool_kwargs, conninfo),
                 open=False,
             )
         self._executor = AsyncPostgresExecutor(
@@ -203,7 +234,7 @@ class AsyncPostgresSaver(AsyncSqlSaver):
         *,
         pool: bool = True,
         setup: bool = True,
-        prepare_threshold: int | None = 5,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         **kwargs: Any,
     ) -> AsyncIterator[AsyncPostgresSaver]:
         if pool:
@@ -215,7 +246,7 @@ class AsyncPostgresSaver(AsyncSqlSaver):
             conninfo = _conninfo(conn_string)
             try:
                 connection = await AsyncConnection.connect(
-                    conninfo, **_connect_kwargs(prepare_threshold)
+                    conninfo, **_connect_kwargs(prepare_threshold, conninfo)
                 )
             except OperationalError as exc:
                 raise _cannot_connect(conninfo, kwargs.get("schema", "public"), exc) from exc
