@@ -236,9 +236,12 @@ def decode_delta_history(
     # type, blob, ref). Their values in one call where the serializer can
     # (`plain_batch_loader`), else each alone; a loop per column, not per row, for the
     # thousand writes of a deep history.
-    writes = [row for row in pending if row[2] in out]
-    key = d.decode_write_key
-    keys = [key(row[4], row[5]) for row in writes]
+    writes = (
+        pending if all(row[2] in out for row in pending) else [r for r in pending if r[2] in out]
+    )
+    if not writes:
+        return out
+    keys = d.decode_write_keys([row[4] for row in writes], [row[5] for row in writes])
     plain = plain_batch_loader(serde)
     values = None
     if plain is not None and all(row[6] == TAG_MSGPACK for row in writes):
@@ -259,6 +262,10 @@ def decode_delta_history(
             )
             for row, (task_id, idx) in zip(writes, keys)
         ]
+    if len(out) == 1:  # one channel: its writes in one pass
+        [(channel, entry)] = out.items()
+        entry["writes"] = [(task_id, channel, value) for (task_id, _), value in zip(keys, values)]
+        return out
     for row, (task_id, _), value in zip(writes, keys, values):
         out[row[2]]["writes"].append((task_id, row[2], value))
     return out

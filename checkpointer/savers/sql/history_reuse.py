@@ -10,7 +10,7 @@ the checkpoints from C's parent down to A itself: the newest ones, so a prefix o
 ancestor.
 
 So after a history is read, its rows are kept as they came, undecoded (`remember`: nothing
-is copied for a history no one follows), and a request for a checkpoint that the parent
+is sorted or copied for a history no one follows), and a request for a checkpoint that the parent
 pointers of a listing just read (`links`) place between C and its seed is answered from
 them (`answer`): the first answer decodes the rows once and keeps the objects (handed to
 no one), and each answer hands out fresh copies of the part it needs (`fresh_copy`, five
@@ -60,11 +60,15 @@ class _Channel:
 class _Entry:
     thread_id: str
     ns: str
-    channels: dict[str, _Channel]
+    names: frozenset[str]
+    rows: Sequence[Row]
+    """The rows as read; sorted out by channel (`channels`) only when an ancestor asks."""
     decode: Callable[[list[Row], Sequence[str]], dict[str, DeltaChannelHistory]]
     made: float
     at: str
     """The checkpoint last answered (first: the one read), and its writes' cut."""
+    channels: dict[str, _Channel] | None = None
+    """Seeds and writes by channel (`_sorted`); empty when the rows cannot be reused."""
     cut: dict[str, int] = field(default_factory=dict)
     decoded: dict[str, _Decoded] | None = None
     """The whole history decoded, at the first answer, when every value has an exact
@@ -104,6 +108,28 @@ def _copied(kept: _Decoded, cut: int) -> DeltaChannelHistory:
     return out
 
 
+def _sorted(entry: _Entry) -> bool:
+    """Sort the entry's rows out by channel, once (lock held); False when they cannot
+    answer anything (they carry check rows: sealed records were verified on the way)."""
+    if entry.channels is None:
+        kept = {ch: _Channel(None, [], []) for ch in entry.names}
+        for row in entry.rows:
+            channel = kept.get(row[2])
+            if channel is None:
+                continue
+            if row[0] == 0:
+                channel.seed_at, channel.seeds = str(row[3]), [row]
+            elif row[0] == 1:
+                channel.writes.append(row)
+            else:
+                kept = {}
+                break
+        entry.channels = kept
+        entry.cut = {ch: len(c.writes) for ch, c in kept.items()}
+        entry.rows = ()
+    return bool(entry.channels)
+
+
 class HistoryReuse:
     """Histories just read, answering their ancestors' (see module). Thread-safe."""
 
@@ -131,21 +157,12 @@ class HistoryReuse:
         rows: Sequence[Row],
         decode: Callable[[list[Row], Sequence[str]], dict[str, DeltaChannelHistory]],
     ) -> None:
-        """Keep the rows of a history just read, undecoded (nothing is copied unless an
-        ancestor asks), and `decode(rows, channels)` to read them as the statement's."""
-        kept = {ch: _Channel(None, [], []) for ch in channels}
-        for row in rows:
-            entry = kept.get(row[2])
-            if entry is None:
-                continue
-            if row[0] == 0:
-                entry.seed_at, entry.seeds = str(row[3]), [row]
-            elif row[0] == 1:
-                entry.writes.append(row)
-            else:
-                return  # check rows (sealed records): not kept
-        made = _Entry(thread_id, ns, kept, decode, time.monotonic(), checkpoint_id)
-        made.cut = {ch: len(c.writes) for ch, c in kept.items()}
+        """Keep the rows of a history just read as they are (nothing is sorted or copied
+        unless an ancestor asks), and `decode(rows, channels)` to read them as the
+        statement's."""
+        made = _Entry(
+            thread_id, ns, frozenset(channels), rows, decode, time.monotonic(), checkpoint_id
+        )
         with self._lock:
             self._entries[(thread_id, ns, checkpoint_id)] = made
             while len(self._entries) > MAX_ENTRIES:
@@ -161,7 +178,7 @@ class HistoryReuse:
             for key, entry in reversed(self._entries.items()):
                 if key[0] != thread_id or key[1] != ns or now - entry.made > TTL_SECONDS:
                     continue
-                if not all(ch in entry.channels for ch in channels):
+                if not entry.names.issuperset(channels) or not _sorted(entry):
                     continue
                 cuts = self._walk(entry, checkpoint_id)
                 if cuts is None:
@@ -171,12 +188,12 @@ class HistoryReuse:
                 break
             else:
                 return None
+        kept = entry.channels
+        assert kept is not None  # sorted out before the walk
         if entry.decoded is None and entry.copyable:
             # The first answer decodes everything once; it is kept, never handed out.
-            every = list(entry.channels)
-            whole = entry.decode(
-                [r for c in entry.channels.values() for r in (*c.seeds, *c.writes)], every
-            )
+            every = list(kept)
+            whole = entry.decode([r for c in kept.values() for r in (*c.seeds, *c.writes)], every)
             decoded = {ch: _decoded(whole[ch]) for ch in every}
             if all(d is not None for d in decoded.values()):
                 entry.decoded = decoded  # type: ignore[assignment]
@@ -184,11 +201,7 @@ class HistoryReuse:
                 entry.copyable = False
         if entry.decoded is not None:
             return {ch: _copied(entry.decoded[ch], cuts[ch]) for ch in channels}
-        rows = [
-            row
-            for ch in channels
-            for row in (*entry.channels[ch].seeds, *entry.channels[ch].writes[: cuts[ch]])
-        ]
+        rows = [row for ch in channels for row in (*kept[ch].seeds, *kept[ch].writes[: cuts[ch]])]
         return entry.decode(rows, channels)
 
     def _walk(self, entry: _Entry, target: str) -> dict[str, int] | None:
@@ -201,11 +214,12 @@ class HistoryReuse:
             if parent is _UNKNOWN or parent is None:
                 return None
             current = parent
-            for ch, kept in entry.channels.items():
-                if kept.seed_at == current:
+            assert entry.channels is not None  # sorted out before the walk
+            for ch, channel in entry.channels.items():
+                if channel.seed_at == current:
                     return None  # at or past the seed: its own walk
                 cut = cuts[ch]
-                while cut and kept.writes[cut - 1][8] == current:
+                while cut and channel.writes[cut - 1][8] == current:
                     cut -= 1
                 cuts[ch] = cut
             if current == target:

@@ -242,6 +242,12 @@ class PostgresDialect(Dialect):
     def decode_write_key(self, stored_task_id: Any, stored_idx: int) -> tuple[str, int]:
         return decode_write_key(stored_task_id, stored_idx)
 
+    def decode_write_keys(
+        self, stored_task_ids: Sequence[Any], stored_idxs: Sequence[Any]
+    ) -> list[tuple[str, int]]:
+        # A step-keyed id is rebuilt from its idx: every key goes through the decoder.
+        return list(map(decode_write_key, stored_task_ids, stored_idxs))
+
     def lookup(self, table: str, alias: str, columns: str, condition: str) -> str:
         # OFFSET 0 keeps the subquery from being flattened back into a plain join.
         return (
