@@ -216,6 +216,14 @@ class Dialect:
         """SQL for the timestamp `ts` plus `seconds` (both SQL expressions)."""
         raise NotImplementedError
 
+    def greatest(self, *values: str) -> str:
+        """The largest of SQL expressions that are never NULL (each written once)."""
+        raise NotImplementedError
+
+    def least(self, *values: str) -> str:
+        """The smallest of SQL expressions that are never NULL (each written once)."""
+        raise NotImplementedError
+
     def size(self, column: str, *, text: bool = False) -> str:
         """Stored payload bytes of a value column (`text=True`: UTF-8 bytes of a JSON/text
         column). The one definition of "bytes" the summaries and reports use."""

@@ -330,6 +330,12 @@ class PostgresDialect(Dialect):
     def add_seconds(self, ts: str, seconds: str) -> str:
         return f"({ts} + ({seconds}) * interval '1 second')"
 
+    def greatest(self, *values: str) -> str:
+        return f"GREATEST({', '.join(values)})"
+
+    def least(self, *values: str) -> str:
+        return f"LEAST({', '.join(values)})"
+
     def size(self, column: str, *, text: bool = False) -> str:
         # bytea lengths come from the TOAST header, without detoasting the value.
         return f"octet_length({column}::text)" if text else f"octet_length({column})"

@@ -172,14 +172,6 @@ references (a large value shared by every checkpoint is in every one of them); a
 threads, from all summaries."""
 
 
-def _least(a: str, b: str) -> str:
-    return f"(CASE WHEN {a} < {b} THEN {a} ELSE {b} END)"
-
-
-def _greatest(a: str, b: str) -> str:
-    return f"(CASE WHEN {a} > {b} THEN {a} ELSE {b} END)"
-
-
 def list_page_stmt(
     d: Dialect,
     query: ListQuery,
@@ -237,23 +229,21 @@ def list_page_stmt(
                 f"h.thread_id = {d.p('thread_id')} AND h.checkpoint_ns = '' AND "
                 "h.checkpoint_id = s.head_checkpoint_id)"
             )
-            weight = _greatest(
-                _greatest("(s.bytes / " + _greatest("s.checkpoint_count", "1") + ")", head), "1"
-            )
+            weight = d.greatest(f"s.bytes / {d.greatest('s.checkpoint_count', '1')}", head, "1")
             # One more than the summary's count: a whole thread then comes back short of the
             # limit and ends the listing; a stale count only costs another page.
             cap = d.typed(d.p("cap"), "bigint")
             limit = (
                 "coalesce((SELECT CASE WHEN z.fit >= z.n THEN (CASE WHEN z.n > "
-                f"{limit} THEN {_least('z.n', cap)} ELSE {limit} END) "
-                f"ELSE {_greatest('1', _least('z.fit', limit))} END FROM (SELECT "
+                f"{limit} THEN {d.least('z.n', cap)} ELSE {limit} END) "
+                f"ELSE {d.greatest('1', d.least('z.fit', limit))} END FROM (SELECT "
                 f"s.checkpoint_count + 1 AS n, {page_bytes} / {weight} AS fit "
                 f"FROM {d.threads} s WHERE s.thread_id = {d.p('thread_id')}) z), {limit})"
             )
         else:
-            count = _greatest("coalesce(sum(a.checkpoint_count), 0)", "1")
+            count = d.greatest("coalesce(sum(a.checkpoint_count), 0)", "1")
             everyone = f"(SELECT coalesce(sum(a.bytes), 0) / {count} FROM {d.threads} a)"
-            limit = _greatest("1", _least(f"({page_bytes} / {_greatest(everyone, '1')})", limit))
+            limit = d.greatest("1", d.least(f"({page_bytes} / {d.greatest(everyone, '1')})", limit))
         order = (
             (" WHERE " + " AND ".join(where) if where else "")
             + " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC "

@@ -250,6 +250,12 @@ class SqliteDialect(Dialect):
     def add_seconds(self, ts: str, seconds: str) -> str:
         return f"strftime('{SQLITE_TS_FORMAT}', {ts}, '+' || ({seconds}) || ' seconds')"
 
+    def greatest(self, *values: str) -> str:
+        return f"max({', '.join(values)})"  # SQLite's scalar max() of several arguments
+
+    def least(self, *values: str) -> str:
+        return f"min({', '.join(values)})"
+
     def size(self, column: str, *, text: bool = False) -> str:
         # length() of a BLOB is its byte count, read without loading overflow pages.
         return f"length(CAST({column} AS BLOB))" if text else f"length({column})"
