@@ -236,9 +236,7 @@ def decode_delta_history(
     # type, blob, ref). Their values in one call where the serializer can
     # (`plain_batch_loader`), else each alone; a loop per column, not per row, for the
     # thousand writes of a deep history.
-    writes = (
-        pending if all(row[2] in out for row in pending) else [r for r in pending if r[2] in out]
-    )
+    writes = [row for row in pending if row[2] in out]
     if not writes:
         return out
     keys = d.decode_write_keys([row[4] for row in writes], [row[5] for row in writes])

@@ -9,13 +9,14 @@ the checkpoints from C's parent down to A itself: the newest ones, so a prefix o
 (oldest first). With no seed (a channel that never snapshots), that holds for every
 ancestor.
 
-So after a history is read, its rows are kept as they came, undecoded (`remember`: nothing
-is sorted or copied for a history no one follows), and a request for a checkpoint that the parent
-pointers of a listing just read (`links`) place between C and its seed is answered from
-them (`answer`): the first answer decodes the rows once and keeps the objects (handed to
-no one), and each answer hands out fresh copies of the part it needs (`fresh_copy`, five
-times cheaper than decoding; a value without an exact cheap copy is decoded again from
-the rows for each answer instead). Anything else reads as before.
+So after a history is read, its rows are kept as they came, undecoded (`remember`:
+nothing is sorted or copied for a history no one follows), and a request for a checkpoint
+that the parent pointers of a listing just read (`links`) place between C and its seed is
+answered from them (`answer`): the first answer sorts the rows by channel and decodes them
+once, and keeps the objects (handed to no one), and each answer hands out fresh copies of
+the part it needs (`fresh_copy`, five times cheaper than decoding; a value without an
+exact cheap copy is decoded again from the rows for each answer instead). Anything else
+reads as before.
 
 What is kept is what was read: a history changes only if writes are added to a checkpoint
 that already has children, or ancestors are deleted or compacted. This saver forgets a
