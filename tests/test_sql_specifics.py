@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -19,6 +21,7 @@ from psycopg_pool import ConnectionPool
 from checkpointer.ids import next_channel_version, task_id_for
 from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
 from checkpointer.savers.sql import reads
+from checkpointer.savers.sql.plan import Op, Stmt
 from checkpointer.savers.sql.postgres_dialect import encode_task_id
 from checkpointer.savers.sql.sqlite_dialect import SQLITE_TS_FORMAT, format_ts
 from checkpointer.savers.sqlite import AsyncSqliteSaver, SqliteSaver
@@ -261,6 +264,34 @@ async def test_async_sqlite_accepts_a_connection(tmp_path: Path) -> None:
         await saver.setup()
         await saver.aput(make_config("t"), empty_checkpoint(), {}, {})
         assert await saver.aget_tuple(make_config("t")) is not None
+
+
+async def test_async_sqlite_worker_thread_keeps_no_op_or_result(tmp_path: Path) -> None:
+    """aiosqlite's worker holds its last call until the next one; ours must hand both the
+    op and its result back, or a listing's rows stay alive and are freed inside the next
+    caller's read."""
+
+    class Result:
+        pass
+
+    def plan() -> Any:
+        rows = yield Stmt("SELECT 1", fetch=True)
+        assert rows == [(1,)]
+        return Result()
+
+    saver = AsyncSqliteSaver(tmp_path / "a.db")
+    await saver.setup()
+    try:
+        generator = plan()
+        generator_ref = weakref.ref(generator)
+        result = await saver._executor.run(Op(generator))
+        result_ref = weakref.ref(result)
+        del generator, result
+        gc.collect()
+        assert generator_ref() is None, "the worker thread still holds the op"
+        assert result_ref() is None, "the worker thread still holds the result"
+    finally:
+        await saver.aclose()
 
 
 # ------------------------------------------------------------------ PostgreSQL
