@@ -154,3 +154,24 @@ def test_what_the_saver_writes_is_never_answered_from_before(sql_saver: Any) -> 
     sql_saver.put_writes(configs[2], [("m", 1000)], task_id_for(99, "late"))
     history = sql_saver.get_delta_channel_history(config=parent, channels=CHANNELS)
     assert 1000 in [value for _, _, value in history["m"]["writes"]]
+
+
+def test_a_request_no_entry_can_answer_leaves_the_entries_unsorted(sql_saver: Any) -> None:
+    """Reading the head again (a chat's get_state after get_state) is not an ancestor of
+    the head's kept history: it reads from the database, and the kept rows stay as read
+    (sorting them costs as much as reading them)."""
+    steps = [{"parent": n - 1, "m": (True, False, [n]), "n": (True, False, [])} for n in range(6)]
+    _drive(sql_saver, "t", steps)
+    listed = list(sql_saver.list(make_config("t")))
+    head = listed[0].config
+    reuse = sql_saver._history_reuse
+    first = sql_saver.get_delta_channel_history(config=head, channels=CHANNELS)
+    entries = list(reuse._entries.values())
+    hits = reuse.hits
+    assert sql_saver.get_delta_channel_history(config=head, channels=CHANNELS) == first
+    assert reuse.hits == hits
+    assert entries and all(entry.channels is None for entry in entries)
+    # An ancestor is still answered from them (and only then are they sorted).
+    parent = sql_saver.get_delta_channel_history(config=listed[1].config, channels=CHANNELS)
+    assert reuse.hits == hits + 1
+    assert parent["m"]["writes"] == first["m"]["writes"][:-1]

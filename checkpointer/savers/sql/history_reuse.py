@@ -179,9 +179,15 @@ class HistoryReuse:
             for key, entry in reversed(self._entries.items()):
                 if key[0] != thread_id or key[1] != ns or now - entry.made > TTL_SECONDS:
                     continue
-                if not entry.names.issuperset(channels) or not _sorted(entry):
+                if not entry.names.issuperset(channels):
                     continue
-                cuts = self._walk(entry, checkpoint_id)
+                # The parent pointers first: sorting an entry's rows costs as much as
+                # reading them, and most requests (the same head again, another branch)
+                # are not a close ancestor of any entry.
+                path = self._path(entry, checkpoint_id)
+                if path is None or not _sorted(entry):
+                    continue
+                cuts = self._cuts(entry, path)
                 if cuts is None:
                     continue
                 entry.at, entry.cut = checkpoint_id, cuts
@@ -205,17 +211,28 @@ class HistoryReuse:
         rows = [row for ch in channels for row in (*kept[ch].seeds, *kept[ch].writes[: cuts[ch]])]
         return entry.decode(rows, channels)
 
-    def _walk(self, entry: _Entry, target: str) -> dict[str, int] | None:
-        """The writes' cut per channel at `target`, an ancestor of the entry's last
-        answered checkpoint newer than every seed; None if it is not one (lock held)."""
-        cuts = dict(entry.cut)
+    def _path(self, entry: _Entry, target: str) -> list[str] | None:
+        """The checkpoints from the parent of the entry's last answered one down to
+        `target`, when the links make `target` a close ancestor of it (lock held)."""
+        path = []
         current = entry.at
         for _ in range(64):  # requests follow one another closely: a few steps at most
             parent = self._parents.get((entry.thread_id, entry.ns, current), _UNKNOWN)
             if parent is _UNKNOWN or parent is None:
                 return None
+            path.append(parent)
+            if parent == target:
+                return path
             current = parent
-            assert entry.channels is not None  # sorted out before the walk
+        return None
+
+    @staticmethod
+    def _cuts(entry: _Entry, path: list[str]) -> dict[str, int] | None:
+        """The writes' cut per channel after leaving the checkpoints of `path`; None if
+        the path reaches a seed (that checkpoint needs its own walk)."""
+        assert entry.channels is not None  # sorted out before
+        cuts = dict(entry.cut)
+        for current in path:
             for ch, channel in entry.channels.items():
                 if channel.seed_at == current:
                     return None  # at or past the seed: its own walk
@@ -223,9 +240,7 @@ class HistoryReuse:
                 while cut and channel.writes[cut - 1][8] == current:
                     cut -= 1
                 cuts[ch] = cut
-            if current == target:
-                return cuts
-        return None
+        return cuts
 
     def forget(self, thread_ids: Iterable[str] | None = None) -> None:
         """Drop the entries (of these threads): they wrote or deleted there."""
