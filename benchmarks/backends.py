@@ -366,9 +366,12 @@ class PgAdmin:
         self.conn.close()
 
 
-def ours_pg_kwargs() -> dict[str, Any]:
-    """What our `from_conn_string` passes to psycopg."""
-    return {"autocommit": True, "prepare_threshold": 5}
+def ours_pg_kwargs(url: str) -> dict[str, Any]:
+    """What our `from_conn_string` passes to psycopg for `url` (the saver's own helper, so
+    the benchmark follows the defaults users get: prepared statements, generic plans)."""
+    from checkpointer.savers.postgres import DEFAULT_PREPARE_THRESHOLD, _connect_kwargs
+
+    return _connect_kwargs(DEFAULT_PREPARE_THRESHOLD, url)
 
 
 def ref_pg_kwargs(schema: str) -> dict[str, Any]:
@@ -409,7 +412,7 @@ class PostgresBackend(Backend):
             from checkpointer.savers.postgres import PostgresSaver
 
             conn = psycopg.Connection.connect(
-                self.url, cursor_factory=cursor_cls, **ours_pg_kwargs()
+                self.url, cursor_factory=cursor_cls, **ours_pg_kwargs(self.url)
             )
             saver = PostgresSaver(conn, schema=schema)
             saver.setup()
@@ -454,7 +457,7 @@ class AsyncPostgresBackend(PostgresBackend):
                 from checkpointer.savers.postgres import AsyncPostgresSaver
 
                 conn = await psycopg.AsyncConnection.connect(
-                    self.url, cursor_factory=cursor_cls, **ours_pg_kwargs()
+                    self.url, cursor_factory=cursor_cls, **ours_pg_kwargs(self.url)
                 )
                 saver = AsyncPostgresSaver(conn, schema=schema)
                 await saver.setup()

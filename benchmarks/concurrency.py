@@ -71,7 +71,7 @@ async def _pg_run(side: str, opts: ConcurrencyOptions, admin: PgAdmin, url: str)
     from psycopg_pool import AsyncConnectionPool
 
     schema = SCHEMAS[side]
-    kwargs = ours_pg_kwargs() if side == "ours" else ref_pg_kwargs(schema)
+    kwargs = ours_pg_kwargs(url) if side == "ours" else ref_pg_kwargs(schema)
     pool = AsyncConnectionPool(
         url,
         min_size=opts.pool_size,
