@@ -188,8 +188,10 @@ def empty_db(kind: str, tmp: Path, *, migrated: bool = True) -> Iterator[Db]:
 
 # --------------------------------------------------------------------------- running
 def run(*args: str) -> Result:
-    """The CLI in-process; stdout and stderr kept apart."""
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+    """The CLI in-process; stdout and stderr kept apart. COLUMNS is cleared, as in a plain
+    pipe: the output is then as wide as its tables (pytest-xdist sets COLUMNS=80 in its
+    workers, which would wrap it)."""
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, env={"COLUMNS": None})
 
 
 def run_json(*args: str) -> Any:
