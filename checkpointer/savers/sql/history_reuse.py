@@ -214,7 +214,7 @@ class HistoryReuse:
     def _path(self, entry: _Entry, target: str) -> list[str] | None:
         """The checkpoints from the parent of the entry's last answered one down to
         `target`, when the links make `target` a close ancestor of it (lock held)."""
-        path = []
+        path: list[str] = []
         current = entry.at
         for _ in range(64):  # requests follow one another closely: a few steps at most
             parent = self._parents.get((entry.thread_id, entry.ns, current), _UNKNOWN)
