@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.backends import Backend, Store
-from benchmarks.floors import Floor, history_payloads, open_floor, step_rows
+from benchmarks.floors import Floor, history_payloads, open_floor
 from benchmarks.graphs import chat_builder, first_input, make_messages, run_config
 from benchmarks.instrument import COUNTER, SQLITE_TRACING, CallStats, Counted, TimedSaver
 from benchmarks.results import METRICS, Row, chat_target
@@ -104,6 +104,24 @@ def _open_side(
     return _Side(side, store, cp, stats, graph, run_config(f"chat-{variant}", len(steps)))
 
 
+def _floor_put(
+    floor: Floor, loop: asyncio.AbstractEventLoop | None, variant: str, steps: Any, n: int
+) -> float:
+    """ms of put + put_writes per step of the put floor (`floors.FloorSaver`), built and
+    timed as the savers are, on a fresh store."""
+    made = floor.put_store(loop)
+    store = Store(made.saver, loop, False, lambda: None, made.close)
+    stats = CallStats()
+    cp = TimedSaver(made.saver, stats)
+    graph = chat_builder(variant, steps).compile(checkpointer=cp)
+    side = _Side("floor", store, cp, stats, graph, run_config(f"chat-{variant}", len(steps)))
+    try:
+        _, put_s, _ = _build(side, n)
+    finally:
+        store.shutdown()
+    return put_s / n * 1000
+
+
 def _build(side: _Side, n: int) -> tuple[float, float, Counted]:
     """Run the N-step thread; returns wall seconds, put+put_writes seconds, statements."""
     side.stats.reset()
@@ -158,7 +176,6 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
                 f"FAILED floor/{backend.name}/{variant}/N={n}: {type(exc).__name__}: {exc}"
             )
     build_sides = (*all_sides, "floor") if floor is not None else all_sides
-    floor_steps = step_rows(variant, n) if floor is not None else []
     samples: dict[tuple[str, str], list[float]] = {}
     spent: dict[tuple[str, str], float] = {}
     sides: dict[str, _Side] = {}
@@ -177,7 +194,7 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
         for rep in range(builds):
             for name in _order(build_sides, rep):
                 if name == "floor" and floor is not None:
-                    add("put", "floor", floor.put(floor_steps, n))
+                    add("put", "floor", _floor_put(floor, loop, variant, steps, n))
                     continue
                 if not wanted("wall", name, rep):
                     continue

@@ -5,27 +5,33 @@ much of our time is the database's and how much is ours. Two floors per database
 
 - delta history: the N + 1 writes of one channel (the chat's message batches, the first
   input's included), fetched by one index range scan and decoded with ormsgpack.
-- put: each step's rows (checkpoint record, changed channel values, task writes; the same
-  sizes LangGraph hands a saver, serialized by its own serializer) inserted with the
-  fewest statements, one transaction per step, at the reference's durability (SQLite WAL +
-  synchronous=FULL; PostgreSQL's default synchronous_commit=on).
+- put: `FloorSaver`, a LangGraph checkpointer that does only what each call must: its
+  rows (the checkpoint record with its metadata, the changed channel values, a task's
+  writes) serialized by LangGraph's own serializer and inserted with the fewest
+  statements, one transaction per call, at the reference's durability (SQLite WAL +
+  synchronous=FULL; PostgreSQL's default synchronous_commit=on). One transaction per call:
+  LangGraph hands a step's checkpoint and each task's writes over in separate calls, each
+  durable when it returns, so no saver can commit less often. It runs the same graph as the
+  savers and is timed by the same wrapper, so it pays what running inside LangGraph costs
+  (its calls come from LangGraph's background thread while the loop runs).
 
 The tables are the minimum those operations need: a primary key to find the rows, a blob.
 """
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import os
 import sqlite3
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import ormsgpack
+from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver
 
-from benchmarks.graphs import chat_builder, first_input, make_messages, run_config
+from benchmarks.graphs import first_input, make_messages
 
 FLOOR_SCHEMA = "bench_floor"
 
@@ -37,103 +43,226 @@ def history_payloads(n: int) -> list[bytes]:
     return [ormsgpack.packb(batch) for batch in batches]
 
 
-@dataclass
-class StepRows:
-    """Sizes of the rows one step stores: (table, payload bytes)."""
+Call = list[tuple[str, list[tuple[Any, ...]]]]
+"""One saver call's rows, (table, parameter rows) per table: inserted in one transaction."""
 
-    rows: list[tuple[str, int]] = field(default_factory=list)
+PUT_TABLES = {
+    "checkpoints": (
+        "(thread_id TEXT, checkpoint_ns TEXT, checkpoint_id TEXT, body BLOB, "
+        "PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id))"
+    ),
+    "blobs": (
+        "(thread_id TEXT, checkpoint_ns TEXT, channel TEXT, version TEXT, body BLOB, "
+        "PRIMARY KEY (thread_id, checkpoint_ns, channel, version))"
+    ),
+    "writes": (
+        "(thread_id TEXT, checkpoint_ns TEXT, checkpoint_id TEXT, task_id TEXT, "
+        "idx INTEGER, channel TEXT, body BLOB, "
+        "PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx))"
+    ),
+}
+"""The put floor's tables: the rows a saver must keep, each under its primary key."""
 
 
-@functools.lru_cache(maxsize=4)
-def step_rows(variant: str, n: int) -> list[StepRows]:
-    """Run the chat graph once on a recording in-memory saver; one StepRows per put, with
-    the writes stored since the previous put. Sizes are LangGraph's serializer's output.
-    Cached: the sync and async cells of one storage, and both storages, share it."""
-    from langgraph.checkpoint.memory import InMemorySaver
+def insert_rows(table: str, rows: list[tuple[Any, ...]], mark: str) -> tuple[str, list[Any]]:
+    """One INSERT of all `rows` into `table` (`mark`: the driver's placeholder)."""
+    one = f"({', '.join([mark] * len(rows[0]))})"
+    return f"INSERT INTO {table} VALUES {', '.join([one] * len(rows))}", [
+        value for row in rows for value in row
+    ]
 
-    steps: list[StepRows] = []
-    pending = StepRows()
 
-    class Recorder(InMemorySaver):
-        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-            nonlocal pending
-            values = checkpoint.get("channel_values", {})
-            record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-            pending.rows.append(
-                ("checkpoints", len(self._dump(record)) + len(self._dump(metadata)))
+def one_statement(call: Call, mark: str) -> tuple[str, list[Any]]:
+    """A call's rows as one PostgreSQL statement (atomic on its own): the inserts of all
+    tables but the last as data-modifying CTEs in front of the last one's."""
+    parts = [insert_rows(table, rows, mark) for table, rows in call]
+    *before, (last, params) = parts
+    if not before:
+        return last, params
+    ctes = ", ".join(f"i{k} AS ({sql})" for k, (sql, _) in enumerate(before))
+    return f"WITH {ctes} {last}", [v for _, values in before for v in values] + params
+
+
+class FloorSaver(BaseCheckpointSaver):
+    """The put floor: a LangGraph checkpointer that stores each call's rows raw, in one
+    transaction (`commit` / `acommit`, given by the storage's floor), and reads nothing
+    back (the graph starts every build on a fresh store)."""
+
+    def __init__(
+        self,
+        commit: Callable[[Call], None] | None = None,
+        acommit: Callable[[Call], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__()
+        self._commit, self._acommit = commit, acommit
+
+    def _checkpoint_call(
+        self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any
+    ) -> tuple[Call, dict[str, Any]]:
+        conf = config["configurable"]
+        thread_id, ns, checkpoint_id = (
+            conf["thread_id"],
+            conf.get("checkpoint_ns", ""),
+            checkpoint["id"],
+        )
+        dump = self.serde.dumps_typed
+        values = checkpoint["channel_values"]
+        record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        call: Call = [
+            ("checkpoints", [(thread_id, ns, checkpoint_id, dump(record)[1] + dump(metadata)[1])])
+        ]
+        blobs = [
+            (thread_id, ns, channel, str(version), dump(values[channel])[1])
+            for channel, version in new_versions.items()
+            if channel in values
+        ]
+        if blobs:
+            call.append(("blobs", blobs))
+        out = {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+        return call, out
+
+    def _writes_call(self, config: Any, writes: Any, task_id: str) -> Call:
+        conf = config["configurable"]
+        dump = self.serde.dumps_typed
+        rows = [
+            (
+                conf["thread_id"],
+                conf.get("checkpoint_ns", ""),
+                conf["checkpoint_id"],
+                task_id,
+                WRITES_IDX_MAP.get(channel, idx),
+                channel,
+                dump(value)[1],
             )
-            for channel in new_versions:
-                if channel in values:
-                    pending.rows.append(("blobs", len(self._dump(values[channel]))))
-            steps.append(pending)
-            pending = StepRows()
-            return super().put(config, checkpoint, metadata, new_versions)
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        return [("writes", rows)]
 
-        def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-            pending.rows.extend(("writes", len(self._dump(value))) for _, value in writes)
-            super().put_writes(config, writes, task_id, task_path)
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        assert self._commit is not None
+        call, out = self._checkpoint_call(config, checkpoint, metadata, new_versions)
+        self._commit(call)
+        return out
 
-        def _dump(self, value: Any) -> bytes:
-            return self.serde.dumps_typed(value)[1]
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        assert self._commit is not None
+        self._commit(self._writes_call(config, writes, task_id))
 
-    graph = chat_builder(variant, make_messages(n)).compile(checkpointer=Recorder())
-    graph.invoke(first_input(n), run_config(f"floor-{variant}", n), durability="sync")
-    return steps
+    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        assert self._acommit is not None
+        call, out = self._checkpoint_call(config, checkpoint, metadata, new_versions)
+        await self._acommit(call)
+        return out
+
+    async def aput_writes(
+        self, config: Any, writes: Any, task_id: str, task_path: str = ""
+    ) -> None:
+        assert self._acommit is not None
+        await self._acommit(self._writes_call(config, writes, task_id))
+
+    def get_tuple(self, config: Any) -> Any:
+        return None
+
+    async def aget_tuple(self, config: Any) -> Any:
+        return None
+
+    def list(self, config: Any, **kwargs: Any) -> Iterator[Any]:
+        return iter(())
+
+    async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        return
+        yield
 
 
-def _pool(steps: list[StepRows]) -> memoryview:
-    """Incompressible bytes to slice each row's payload from (as large as the largest)."""
-    largest = max((size for step in steps for _, size in step.rows), default=1)
-    return memoryview(os.urandom(max(largest, 1)))
+@dataclass
+class FloorStore:
+    """A fresh put floor for one build: the saver, and how to close what it opened."""
+
+    saver: FloorSaver
+    close: Callable[[], None]
 
 
 # ------------------------------------------------------------------------------- SQLite
-SQLITE_TABLES = (
-    "CREATE TABLE checkpoints (thread_id TEXT, step INTEGER, body BLOB, "
-    "PRIMARY KEY (thread_id, step))",
-    "CREATE TABLE blobs (thread_id TEXT, step INTEGER, idx INTEGER, body BLOB, "
-    "PRIMARY KEY (thread_id, step, idx))",
-    "CREATE TABLE writes (thread_id TEXT, step INTEGER, idx INTEGER, body BLOB, "
-    "PRIMARY KEY (thread_id, step, idx))",
+HISTORY_TABLE = (
     "CREATE TABLE history (thread_id TEXT, channel TEXT, step INTEGER, body BLOB, "
-    "PRIMARY KEY (thread_id, channel, step))",
+    "PRIMARY KEY (thread_id, channel, step))"
 )
 
 
 class SqliteFloor:
-    """sqlite3 on a fresh file: WAL, synchronous=FULL (the reference SqliteSaver's)."""
+    """sqlite3 on fresh files: WAL, synchronous=FULL (the reference SqliteSaver's)."""
 
     def __init__(self, path: str) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(path + suffix):
-                os.remove(path + suffix)
+        _remove_sqlite(path)
         self.path = path
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
-        for ddl in SQLITE_TABLES:
-            self.conn.execute(ddl)
-        self._threads = 0
+        self.conn.execute(HISTORY_TABLE)
+        self._builds = 0
 
-    def put(self, steps: list[StepRows], n: int) -> float:
-        """ms per step (total / N, as the savers' put is reported): each step's rows
-        inserted in one transaction, into a new thread."""
-        self._threads += 1
-        thread, pool, conn = f"t{self._threads}", _pool(steps), self.conn
-        start = time.perf_counter()
-        for k, step in enumerate(steps):
-            conn.execute("BEGIN")
-            for idx, (table, size) in enumerate(step.rows):
-                if table == "checkpoints":
-                    conn.execute(
-                        "INSERT INTO checkpoints VALUES (?, ?, ?)", (thread, k, pool[:size])
-                    )
-                else:
-                    conn.execute(
-                        f"INSERT INTO {table} VALUES (?, ?, ?, ?)", (thread, k, idx, pool[:size])
-                    )
-            conn.execute("COMMIT")
-        return (time.perf_counter() - start) / n * 1000.0
+    def put_store(self, loop: asyncio.AbstractEventLoop | None) -> FloorStore:
+        """A put floor on a file of its own, through sqlite3 (or aiosqlite on `loop`):
+        BEGIN, one executemany per table, COMMIT."""
+        self._builds += 1
+        path = f"{self.path}-put{self._builds}"
+        _remove_sqlite(path)
+        setup = sqlite3.connect(path, isolation_level=None)
+        setup.execute("PRAGMA journal_mode=WAL")
+        for table, columns in PUT_TABLES.items():
+            setup.execute(f"CREATE TABLE {table} {columns}")
+        setup.close()
+        if loop is None:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA synchronous=FULL")
+            lock = threading.Lock()  # LangGraph calls from more than one thread
+
+            def commit(call: Call) -> None:
+                statements = [insert_rows(table, rows, "?") for table, rows in call]
+                with lock:
+                    if len(statements) == 1:  # one statement: a transaction of its own
+                        conn.execute(*statements[0])
+                        return
+                    conn.execute("BEGIN")
+                    for statement in statements:
+                        conn.execute(*statement)
+                    conn.execute("COMMIT")
+
+            def close() -> None:
+                conn.close()
+                _remove_sqlite(path)
+
+            return FloorStore(FloorSaver(commit=commit), close)
+
+        import aiosqlite
+
+        aconn = loop.run_until_complete(aiosqlite.connect(path, isolation_level=None))
+        loop.run_until_complete(aconn.execute("PRAGMA synchronous=FULL"))
+
+        alock = asyncio.Lock()
+
+        async def acommit(call: Call) -> None:
+            statements = [insert_rows(table, rows, "?") for table, rows in call]
+            async with alock:
+                if len(statements) == 1:
+                    await aconn.execute(*statements[0])
+                    return
+                await aconn.execute("BEGIN")
+                for statement in statements:
+                    await aconn.execute(*statement)
+                await aconn.execute("COMMIT")
+
+        def aclose() -> None:
+            loop.run_until_complete(aconn.close())
+            _remove_sqlite(path)
+
+        return FloorStore(FloorSaver(acommit=acommit), aclose)
 
     def history_reader(self, payloads: list[bytes]) -> Callable[[], list[Any]]:
         """Store the channel's writes; return the read: one range scan, ormsgpack decode."""
@@ -152,16 +281,18 @@ class SqliteFloor:
 
     def close(self) -> None:
         self.conn.close()
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(self.path + suffix):
-                os.remove(self.path + suffix)
+        _remove_sqlite(self.path)
+
+
+def _remove_sqlite(path: str) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
 
 
 # --------------------------------------------------------------------------- PostgreSQL
-PG_TABLES = tuple(
-    ddl.replace("INTEGER", "int").replace("TEXT", "text").replace("BLOB", "bytea")
-    for ddl in SQLITE_TABLES
-)
+def _pg_ddl(ddl: str) -> str:
+    return ddl.replace("INTEGER", "int").replace("TEXT", "text").replace("BLOB", "bytea")
 
 
 class PgFloor:
@@ -174,33 +305,39 @@ class PgFloor:
         self._drop()
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f"CREATE SCHEMA {FLOOR_SCHEMA}")
-        self.conn = psycopg.connect(url, autocommit=True, options=f"-c search_path={FLOOR_SCHEMA}")
-        for ddl in PG_TABLES:
-            self.conn.execute(ddl)
+        self.conn = psycopg.connect(url, autocommit=True, options=self._options)
+        self.conn.execute(_pg_ddl(HISTORY_TABLE))
+        for table, columns in PUT_TABLES.items():
+            self.conn.execute(_pg_ddl(f"CREATE TABLE {table} {columns}"))
         self.conn.autocommit = False
-        self._threads = 0
 
-    def put(self, steps: list[StepRows], n: int) -> float:
-        """ms per step (total / N): per step one INSERT for the record, one executemany
-        (pipelined by psycopg) per other table, one commit."""
-        self._threads += 1
-        thread, pool, conn = f"t{self._threads}", _pool(steps), self.conn
-        start = time.perf_counter()
-        for k, step in enumerate(steps):
-            with conn.cursor() as cur:
-                many: dict[str, list[tuple[Any, ...]]] = {"blobs": [], "writes": []}
-                for idx, (table, size) in enumerate(step.rows):
-                    if table == "checkpoints":
-                        cur.execute(
-                            "INSERT INTO checkpoints VALUES (%s, %s, %s)", (thread, k, pool[:size])
-                        )
-                    else:
-                        many[table].append((thread, k, idx, pool[:size]))
-                for table, params in many.items():
-                    if params:
-                        cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", params)
-            conn.commit()
-        return (time.perf_counter() - start) / n * 1000.0
+    _options = f"-c search_path={FLOOR_SCHEMA}"
+
+    def put_store(self, loop: asyncio.AbstractEventLoop | None) -> FloorStore:
+        """A put floor on emptied tables, through psycopg (async on `loop`): one
+        executemany per table (pipelined by psycopg), one commit."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True, options=self._options) as admin:
+            admin.execute(f"TRUNCATE {', '.join(PUT_TABLES)}")
+        if loop is None:
+            conn = psycopg.connect(self.url, autocommit=True, options=self._options)
+
+            def commit(call: Call) -> None:
+                conn.execute(*one_statement(call, "%s"))  # psycopg serializes its callers
+
+            return FloorStore(FloorSaver(commit=commit), conn.close)
+
+        aconn = loop.run_until_complete(
+            psycopg.AsyncConnection.connect(self.url, autocommit=True, options=self._options)
+        )
+
+        async def acommit(call: Call) -> None:
+            await aconn.execute(*one_statement(call, "%s"))
+
+        return FloorStore(
+            FloorSaver(acommit=acommit), lambda: loop.run_until_complete(aconn.close())
+        )
 
     def history_reader(self, payloads: list[bytes]) -> Callable[[], list[Any]]:
         """Store the channel's writes; return the read: one index range scan (binary rows),
