@@ -295,14 +295,15 @@ def method_notes(args: argparse.Namespace, large_n: int) -> list[str]:
         "included) summed over each side's tables, measured right after its build into "
         "truncated tables; not the summed payload sizes.",
         "floors (benchmarks/floors.py, at the large N, raw drivers, measured inside each chat "
-        "cell as one more side alternating with the savers): put = each "
-        "step's rows (checkpoint record, changed channel values, writes; the byte sizes "
-        "LangGraph's serializer gives them, filled with random bytes) inserted with the fewest "
-        "statements in one transaction per step (SQLite: sqlite3, WAL + synchronous=FULL; "
-        "PostgreSQL: psycopg, one INSERT plus pipelined executemany, commit per step), total / "
-        "N. delta history = the message channel's N + 1 writes fetched by one primary-key "
-        "range scan and decoded with ormsgpack (PostgreSQL: binary rows). Rows show ours "
-        "(the chat cell's samples) against the floor in the reference column.",
+        "cell as one more side alternating with the savers): put = a bare LangGraph "
+        "checkpointer (FloorSaver) built and timed as the savers are, through the same graph: "
+        "each put / put_writes serializes with LangGraph's serde and inserts the rows it was "
+        "handed under their natural keys, one transaction per call (SQLite: sqlite3 or "
+        "aiosqlite, WAL + synchronous=FULL; PostgreSQL: psycopg, one statement per call), "
+        "reading nothing back; put + put_writes time / N. delta history = the message "
+        "channel's N + 1 writes fetched by one primary-key range scan and decoded with "
+        "ormsgpack (PostgreSQL: binary rows). Rows show ours (the chat cell's samples) "
+        "against the floor in the reference column.",
         f"growth: per storage, each side keeps two stores: one with a single "
         f"{args.growth_steps}-step delta100 thread, one with that thread and its rows copied in "
         f"SQL to {args.growth_threads - 1:,} more thread ids (every table with a thread_id "
