@@ -7,15 +7,15 @@ one. The ancestors of a checkpoint within its run are then exactly the `seq` ran
 one step per run: `runs` follows the parent pointer of each run's first checkpoint only.
 In each run, a channel's seed is the newest checkpoint of the range holding a stored value
 (one descending index scan that stops there), and its writes are one range of the writes
-index (thread, namespace, channel, seq).
+index (thread, namespace, channel, seq), plus the channel's writes that have no number
+(`unnumbered_writes_sql`), placed by their checkpoint's number.
 
 Nothing here trusts the numbers blindly. `checks` compares every range it used with the
 parent pointers (each checkpoint's parent is the one numbered just before it, the range
 has no hole) and asks for the pointer walk of `delta_sql` instead (a `RUNS_FALLBACK` row)
-wherever they disagree, a row has no number (written around the saver, or a write
-committed beside its checkpoint's put on PostgreSQL), a run's range is reversed, or the
-runs pass as many ancestors as the thread holds checkpoints (a loop, which the pointer
-walk then reports, as it would have).
+wherever they disagree, a checkpoint has no number (written around the saver), a run's
+range is reversed, or the runs pass as many ancestors as the thread holds checkpoints (a
+loop, which the pointer walk then reports, as it would have).
 """
 
 from __future__ import annotations
@@ -147,16 +147,6 @@ def parents_missing(d: Dialect) -> str:
     )
 
 
-def unnumbered_writes(d: Dialect, i: int) -> str:
-    """Whether channel i has a write without a seq pending on a stored checkpoint."""
-    return (
-        f"EXISTS (SELECT 1 FROM {d.writes} u WHERE {in_namespace(d, 'u')} "
-        f"AND u.channel = {d.p(f'ch{i}')} AND u.seq IS NULL AND EXISTS (SELECT 1 FROM "
-        f"{d.checkpoints} uc WHERE {in_namespace(d, 'uc')} "
-        "AND uc.checkpoint_id = u.checkpoint_id))"
-    )
-
-
 def fallback_row(d: Dialect, condition: str, source: str = "") -> str:
     return (
         f"SELECT {RUNS_FALLBACK} AS kind, 0 AS depth, {d.null('text')} AS channel, "
@@ -168,7 +158,6 @@ def fallback_row(d: Dialect, condition: str, source: str = "") -> str:
 
 def checks_sql(d: Dialect, n: int) -> str:
     """`RUNS_FALLBACK` rows wherever the ranges cannot stand in for the pointer walk."""
-    unnumbered = " OR ".join(unnumbered_writes(d, i) for i in range(n))
     return " UNION ALL ".join(
         [
             fallback_row(
@@ -180,7 +169,6 @@ def checks_sql(d: Dialect, n: int) -> str:
                 "FROM runs r ",
             ),
             fallback_row(d, broken_span(d), "FROM spans g "),
-            fallback_row(d, f"EXISTS (SELECT 1 FROM runs) AND ({unnumbered})"),
         ]
     )
 
@@ -242,6 +230,33 @@ def writes_sql(d: Dialect, i: int) -> str:
     )
 
 
+def unnumbered_writes_sql(d: Dialect, i: int) -> str:
+    """Channel i's writes stored without a seq, pending on a checkpoint of a run it read,
+    placed by their checkpoint's seq. On PostgreSQL a write committed while its
+    checkpoint's put is in flight sees no seq to take, and the put does not see the write
+    to number it (LangGraph sends a step's first writes and its checkpoint concurrently);
+    rows written around the saver may have none either. The partial index of unnumbered
+    writes keeps this a probe that finds nothing in the common case."""
+    unnumbered = d.lookup(
+        d.writes,
+        "u",
+        "u.task_path, u.task_id, u.task_name, u.channel, u.type, u.idx, u.blob, u.checkpoint_id",
+        f"{in_namespace(d, 'u')} AND u.channel = {d.p(f'ch{i}')} AND u.seq IS NULL",
+    )
+    pending_on = d.lookup(
+        d.checkpoints,
+        "uc",
+        "uc.seq",
+        f"{in_namespace(d, 'uc')} AND uc.checkpoint_id = u.checkpoint_id",
+    )
+    return (
+        f"SELECT 1, r.k * {d.bigint(str(DEPTH_PER_RUN))} + (r.hi - uc.seq), u.channel, "
+        f"u.task_path, {d.task_id_text('u.task_id')}, u.idx, u.type, u.blob, "
+        f"u.checkpoint_id, NULL, NULL FROM runs r {unnumbered} {pending_on} "
+        f"WHERE (r.mask & {bit(d, i)}) <> 0 AND uc.seq BETWEEN coalesce(r.s{i}, r.lo) AND r.hi"
+    )
+
+
 def sorts_in_python(d: Dialect) -> bool:
     """Whether the statement leaves its rows unordered for `delta.order_runs_rows`.
 
@@ -262,6 +277,7 @@ def delta_runs_sql(d: Dialect, n: int, latest: bool) -> str:
     data = [blob_seed_sql(d, i) for i in range(n)]
     data += [inline_seed_sql(d, i) for i in range(n)]
     data += [writes_sql(d, i) for i in range(n)]
+    data += [unnumbered_writes_sql(d, i) for i in range(n)]
     passed = " AND NOT EXISTS (SELECT 1 FROM checks)"
     order = "" if sorts_in_python(d) else " ORDER BY 1, 2 DESC, 4, 5, 6"
     return (
