@@ -271,15 +271,58 @@ def test_postgres_langgraph_threads_are_read_by_runs(monkeypatch: pytest.MonkeyP
             graph = chat_graph(ChatMany, 4).compile(checkpointer=LangGraphSaver(saver))
             heads = []
             for i in range(8):
-                config = {"configurable": {"thread_id": f"lg-{i}"}}
+                config: Any = {"configurable": {"thread_id": f"lg-{i}"}}
                 graph.invoke({"messages": [], "turn": 0, "mood": "new"}, config)
-                heads.append(saver.get_tuple(config).config)
+                head = saver.get_tuple(config)
+                assert head is not None
+                heads.append(head.config)
             with walks_counted(monkeypatch) as walks:
                 got = [
                     saver.get_delta_channel_history(config=h, channels=["messages"]) for h in heads
                 ]
             assert walks == [0]
             assert got == walked_histories(saver, heads, monkeypatch)
+            assert all(len(h["messages"]["writes"]) == 5 for h in got)
+    finally:
+        drop_schema(schema)
+
+
+async def test_async_postgres_langgraph_threads_are_read_by_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same through `ainvoke` and the async saver."""
+    from checkpointer.langgraph import LangGraphSaver
+    from checkpointer.savers.postgres import AsyncPostgresSaver
+    from tests.lg_graphs import ChatMany, chat_graph
+
+    require_postgres()
+    schema = f"cp_lg_aruns_{new_checkpoint_id()[:8]}"
+    try:
+        async with AsyncPostgresSaver.from_conn_string(PG_URL, schema=schema) as saver:
+            graph = chat_graph(ChatMany, 4).compile(checkpointer=LangGraphSaver(saver))
+            heads = []
+            for i in range(8):
+                config: Any = {"configurable": {"thread_id": f"lg-{i}"}}
+                await graph.ainvoke({"messages": [], "turn": 0, "mood": "new"}, config)
+                head = await saver.aget_tuple(config)
+                assert head is not None
+                heads.append(head.config)
+
+            async def read() -> list[Any]:
+                return [
+                    await saver.aget_delta_channel_history(config=h, channels=["messages"])
+                    for h in heads
+                ]
+
+            with walks_counted(monkeypatch) as walks:
+                got = await read()
+            assert walks == [0]
+            with monkeypatch.context() as patch:
+                patch.setattr(
+                    saver_module, "delta_runs_stmt", lambda d, **_: Stmt("SELECT -2", fetch=True)
+                )
+                saver._history_reuse.forget()
+                assert got == await read()
             assert all(len(h["messages"]["writes"]) == 5 for h in got)
     finally:
         drop_schema(schema)
