@@ -340,19 +340,47 @@ def test_pg_own_pool_prepares_generic_plans(pg_url: str, pg_schema: str) -> None
             list(saver.list(make_config("plans")))
         with saver._executor._pool.connection() as conn:
             mode, prepared, custom = _plan_settings(conn)
+            jit = conn.execute("SHOW jit").fetchone()
     assert mode == "force_generic_plan"
     assert prepared >= 2  # get_tuple and the list page at least
     assert custom == 0
+    assert jit == ("off",)  # generic plans' estimates would JIT-compile a whole-thread list
+
+
+def test_pg_own_connection_never_jit_compiles(pg_url: str, pg_schema: str) -> None:
+    """On a server told to JIT-compile every plan (jit_above_cost 0), the saver's own
+    connection compiles nothing and lists a thread as a connection left at the server's
+    settings does (which compiles, where the server has JIT at all)."""
+    sep = "&" if "?" in pg_url else "?"
+    eager = f"{pg_url}{sep}options=-c%20jit_above_cost%3D0"
+    probe = "EXPLAIN (ANALYZE, FORMAT JSON) SELECT sum(x) FROM generate_series(1, 1000) x"
+
+    def compiles(conn: Any) -> bool:
+        return "JIT" in conn.execute(probe).fetchone()[0][0]
+
+    with PostgresSaver.from_conn_string(eager, schema=pg_schema, pool=False) as saver:
+        build_sync(saver, "jit", 3)
+        conn = saver._executor._conn
+        assert conn.execute("SHOW jit_above_cost").fetchone() == ("0",)
+        assert not compiles(conn)
+        ours = [t.checkpoint for t in saver.list(make_config("jit"))]
+    with psycopg.connect(eager, autocommit=True) as conn:
+        available = conn.execute("SELECT pg_jit_available()").fetchone()[0]
+        assert compiles(conn) == available
+        given = PostgresSaver(conn, schema=pg_schema)
+        assert [t.checkpoint for t in given.list(make_config("jit"))] == ours
+        assert len(ours) == 3
 
 
 def test_pg_own_connection_keeps_url_options(pg_url: str, pg_schema: str) -> None:
     """`options` given in the URL stay in force beside the plan setting."""
     sep = "&" if "?" in pg_url else "?"
-    url = f"{pg_url}{sep}options=-c%20application_name%3Dplans_probe"
+    url = f"{pg_url}{sep}options=-c%20application_name%3Dplans_probe%20-c%20jit%3Don"
     with PostgresSaver.from_conn_string(url, schema=pg_schema, pool=False) as saver:
         conn = saver._executor._conn
         assert conn.execute("SHOW application_name").fetchone() == ("plans_probe",)
         assert _plan_settings(conn)[0] == "force_generic_plan"
+        assert conn.execute("SHOW jit").fetchone() == ("on",)  # the URL's own choice wins
 
 
 def test_pg_passed_connection_and_no_prepare_keep_server_defaults(
@@ -380,11 +408,13 @@ async def test_async_pg_own_pool_prepares_generic_plans(pg_url: str, pg_schema: 
             await saver.aget_tuple(make_config("aplans"))
         async with saver._executor._pool.connection() as conn:
             mode = (await (await conn.execute("SHOW plan_cache_mode")).fetchone())[0]
+            jit = await (await conn.execute("SHOW jit")).fetchone()
             cur = await conn.execute(
                 "SELECT count(*), coalesce(sum(custom_plans), 0) FROM pg_prepared_statements"
             )
             prepared, custom = await cur.fetchone()
     assert (mode, int(custom)) == ("force_generic_plan", 0) and prepared >= 1
+    assert jit == ("off",)
 
 
 def test_pg_accepts_pool_and_user_transaction(pg_url: str, pg_schema: str) -> None:
