@@ -107,6 +107,14 @@ def walks_counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         yield walks
 
 
+@contextmanager
+def pointer_walk_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every history by the pointer walk: the runs statement always asks for it."""
+    with monkeypatch.context() as patch:
+        patch.setattr(saver_module, "delta_runs_stmt", lambda d, **_: Stmt("SELECT -2", fetch=True))
+        yield
+
+
 def histories(saver: Any, configs: list[Any]) -> list[Any]:
     return [saver.get_delta_channel_history(config=c, channels=CHANNELS) for c in configs]
 
@@ -194,18 +202,18 @@ def test_postgres_runs_answer_as_the_memory_walk(
     assert walks == [0]
 
 
-def unnumber(execute: Any, table: str, thread: str, ids: list[str], picks: list[int]) -> None:
+def unnumber(
+    execute: Any, table: str, mark: str, thread: str, ids: list[str], picks: list[int]
+) -> None:
     """Clear the seq of every write pending on the picked checkpoints: what PostgreSQL
     leaves when a write commits while its checkpoint's put is in flight (each sees the
-    other's row only once both have committed). `execute(sql, params)` runs one statement."""
+    other's row only once both have committed). `execute(sql, params)` runs one statement
+    whose placeholder is `mark`."""
     for pick in sorted(set(picks)):
         execute(
-            f"UPDATE {table} SET seq = NULL WHERE thread_id = {MARK} AND checkpoint_id = {MARK}",
+            f"UPDATE {table} SET seq = NULL WHERE thread_id = {mark} AND checkpoint_id = {mark}",
             (thread, ids[pick % len(ids)]),
         )
-
-
-MARK = "?"
 
 
 @SETTINGS
@@ -221,7 +229,7 @@ def test_sqlite_writes_without_a_number_are_read_by_runs(
     with SqliteSaver.from_conn_string(str(path)) as sqlite:
         configs = drive(sqlite, steps, "t", ids)
         with sqlite3.connect(path) as conn:
-            unnumber(conn.execute, "checkpointer_writes", "t", ids, picks)
+            unnumber(conn.execute, "checkpointer_writes", "?", "t", ids, picks)
         with walks_counted(monkeypatch) as walks:
             assert histories(sqlite, configs) == want
         assert walks == [0]
@@ -242,15 +250,8 @@ def test_postgres_writes_without_a_number_are_read_by_runs(
     thread = f"t{next(_counter)}"
     want = histories(memory := InMemorySaver(), drive(memory, steps, thread, ids))
     configs = drive(pg_saver, steps, thread, ids)
-    table = pg_saver._dialect.writes
     with psycopg.connect(PG_URL, autocommit=True) as conn:
-        unnumber(
-            lambda sql, params: conn.execute(sql.replace(MARK, "%s"), params),
-            table,
-            thread,
-            ids,
-            picks,
-        )
+        unnumber(conn.execute, pg_saver._dialect.writes, "%s", thread, ids, picks)
     with walks_counted(monkeypatch) as walks:
         assert histories(pg_saver, configs) == want
     assert walks == [0]
@@ -317,10 +318,7 @@ async def test_async_postgres_langgraph_threads_are_read_by_runs(
             with walks_counted(monkeypatch) as walks:
                 got = await read()
             assert walks == [0]
-            with monkeypatch.context() as patch:
-                patch.setattr(
-                    saver_module, "delta_runs_stmt", lambda d, **_: Stmt("SELECT -2", fetch=True)
-                )
+            with pointer_walk_only(monkeypatch):
                 saver._history_reuse.forget()
                 assert got == await read()
             assert all(len(h["messages"]["writes"]) == 5 for h in got)
@@ -330,8 +328,7 @@ async def test_async_postgres_langgraph_threads_are_read_by_runs(
 
 def walked_histories(saver: Any, heads: list[Any], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Each head's message history by the pointer walk."""
-    with monkeypatch.context() as patch:
-        patch.setattr(saver_module, "delta_runs_stmt", lambda d, **_: Stmt("SELECT -2", fetch=True))
+    with pointer_walk_only(monkeypatch):
         saver._history_reuse.forget()
         return [saver.get_delta_channel_history(config=h, channels=["messages"]) for h in heads]
 
@@ -426,8 +423,7 @@ def test_tampered_numbers_and_pointers_answer_as_the_pointer_walk(
 
 def walked(saver: Any, configs: list[Any], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """`answers`, every history by the pointer walk."""
-    with monkeypatch.context() as patch:
-        patch.setattr(saver_module, "delta_runs_stmt", lambda d, **_: Stmt("SELECT -2", fetch=True))
+    with pointer_walk_only(monkeypatch):
         return answers(saver, configs)
 
 
