@@ -208,8 +208,8 @@ class SqliteFloor:
         self._builds = 0
 
     def put_store(self, loop: asyncio.AbstractEventLoop | None) -> FloorStore:
-        """A put floor on a file of its own, through sqlite3 (or aiosqlite on `loop`):
-        BEGIN, one executemany per table, COMMIT."""
+        """A put floor on a file of its own, through sqlite3 (or aiosqlite on `loop`): per
+        call one multi-row INSERT per table, in BEGIN ... COMMIT when there are two."""
         self._builds += 1
         path = f"{self.path}-put{self._builds}"
         _remove_sqlite(path)
@@ -314,8 +314,8 @@ class PgFloor:
     _options = f"-c search_path={FLOOR_SCHEMA}"
 
     def put_store(self, loop: asyncio.AbstractEventLoop | None) -> FloorStore:
-        """A put floor on emptied tables, through psycopg (async on `loop`): one
-        executemany per table (pipelined by psycopg), one commit."""
+        """A put floor on emptied tables, through psycopg (async on `loop`): per call one
+        statement in autocommit (`one_statement`), so one round trip and one commit."""
         import psycopg
 
         with psycopg.connect(self.url, autocommit=True, options=self._options) as admin:
