@@ -212,22 +212,30 @@ def inline_seed_sql(d: Dialect, i: int) -> str:
     )
 
 
+_WRITE_COLUMNS = ("task_path", "task_id", "task_name", "channel", "type", "idx", "blob")
+"""The columns of a write row that `write_rows_sql` selects (with its checkpoint_id)."""
+
+
+def write_rows_sql(d: Dialect, i: int, w: str, seq: str, joins: str, where: str = "") -> str:
+    """Rows of channel i's writes (alias `w`, numbered by `seq`) in the runs it read."""
+    return (
+        f"SELECT 1, r.k * {d.bigint(str(DEPTH_PER_RUN))} + (r.hi - {seq}), {w}.channel, "
+        f"{w}.task_path, {d.task_id_text(f'{w}.task_id')}, {w}.idx, {w}.type, {w}.blob, "
+        f"{w}.checkpoint_id, NULL, NULL FROM runs r {joins} "
+        f"WHERE (r.mask & {bit(d, i)}) <> 0{where}"
+    )
+
+
 def writes_sql(d: Dialect, i: int) -> str:
     """Channel i's writes in each run it read: one range of the writes index per run."""
     pending = d.lookup(
         d.writes,
         "wr",
-        "wr.task_path, wr.task_id, wr.task_name, wr.channel, wr.type, wr.idx, wr.blob, "
-        "wr.seq, wr.checkpoint_id",
+        ", ".join(f"wr.{c}" for c in (*_WRITE_COLUMNS, "checkpoint_id", "seq")),
         f"{in_namespace(d, 'wr')} AND wr.channel = {d.p(f'ch{i}')} "
         f"AND wr.seq BETWEEN coalesce(r.s{i}, r.lo) AND r.hi",
     )
-    return (
-        f"SELECT 1, r.k * {d.bigint(str(DEPTH_PER_RUN))} + (r.hi - wr.seq), wr.channel, "
-        f"wr.task_path, {d.task_id_text('wr.task_id')}, wr.idx, wr.type, wr.blob, "
-        f"wr.checkpoint_id, NULL, NULL FROM runs r {pending} "
-        f"WHERE (r.mask & {bit(d, i)}) <> 0"
-    )
+    return write_rows_sql(d, i, "wr", "wr.seq", pending)
 
 
 def unnumbered_writes_sql(d: Dialect, i: int) -> str:
@@ -240,7 +248,7 @@ def unnumbered_writes_sql(d: Dialect, i: int) -> str:
     unnumbered = d.lookup(
         d.writes,
         "u",
-        "u.task_path, u.task_id, u.task_name, u.channel, u.type, u.idx, u.blob, u.checkpoint_id",
+        ", ".join(f"u.{c}" for c in (*_WRITE_COLUMNS, "checkpoint_id")),
         f"{in_namespace(d, 'u')} AND u.channel = {d.p(f'ch{i}')} AND u.seq IS NULL",
     )
     pending_on = d.lookup(
@@ -249,11 +257,13 @@ def unnumbered_writes_sql(d: Dialect, i: int) -> str:
         "uc.seq",
         f"{in_namespace(d, 'uc')} AND uc.checkpoint_id = u.checkpoint_id",
     )
-    return (
-        f"SELECT 1, r.k * {d.bigint(str(DEPTH_PER_RUN))} + (r.hi - uc.seq), u.channel, "
-        f"u.task_path, {d.task_id_text('u.task_id')}, u.idx, u.type, u.blob, "
-        f"u.checkpoint_id, NULL, NULL FROM runs r {unnumbered} {pending_on} "
-        f"WHERE (r.mask & {bit(d, i)}) <> 0 AND uc.seq BETWEEN coalesce(r.s{i}, r.lo) AND r.hi"
+    return write_rows_sql(
+        d,
+        i,
+        "u",
+        "uc.seq",
+        f"{unnumbered} {pending_on}",
+        f" AND uc.seq BETWEEN coalesce(r.s{i}, r.lo) AND r.hi",
     )
 
 
