@@ -290,7 +290,14 @@ def _long_thread(column: str, opts: GrowthOptions) -> list[Row]:
                     (opts.long_steps, "list_per_ckpt_long"),
                 ):
                     thread = f"long-{steps}"
+                    start = time.perf_counter()
                     _build(store, thread, steps)
+                    if steps == opts.long_steps:
+                        built = (time.perf_counter() - start) / steps * 1000
+                        samples[("long_build_per_step", side)] = [built]
+                        size = store.bytes_on_disk()
+                        if size is not None:
+                            samples[("long_store_bytes", side)] = [size / 1024 / 1024]
                     cp = store.checkpointer
                     got: list[float] = []
                     list(cp.list(_cfg(thread)))  # warm, as in the other cells
@@ -305,10 +312,15 @@ def _long_thread(column: str, opts: GrowthOptions) -> list[Row]:
     finally:
         backend.cleanup()
     note = f"threads of {short:,} and {opts.long_steps:,} steps, one store per side"
-    return _rows(
+    rows = _rows(
         column,
         None,
         [("list_per_ckpt_short", "list_per_ckpt_long", "list_step_growth")],
         samples,
         note,
     )
+    for metric, unit in (("long_build_per_step", "ms"), ("long_store_bytes", "MB")):
+        ours, ref = samples.get((metric, "ours"), []), samples.get((metric, "ref"), [])
+        if ours or ref:
+            rows.append(Row("growth", column, VARIANT, None, metric, unit, ours, ref, note=note))
+    return rows

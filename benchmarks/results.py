@@ -96,6 +96,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "list_per_ckpt_short": ("list per checkpoint, short thread (STEPS / 10)", "µs"),
     "list_per_ckpt_long": ("list per checkpoint, long thread (--long-thread STEPS)", "µs"),
     "list_step_growth": ("list per checkpoint growth, long / short thread", "x"),
+    "long_build_per_step": ("long thread built through LangGraph, per step", "ms"),
+    "long_store_bytes": ("bytes on disk, long and short thread", "MB"),
 }
 
 

@@ -21,8 +21,9 @@ name. Writes keep their task id, task path and slot (`idx`).
     {"kind": "end", "threads": 1, "checkpoints": 12, "blobs": 30, "writes": 41}
 
 A blob record with a `"base"` is a tail row (`savers/sql/tails.py`): its value is the
-list stored at version `base` of the same channel followed by the items in its data; the
-file carries the base record too, and an import refuses a tail whose base it lacks.
+value stored at version `base` of the same channel (a list, or a list inside a marker such
+as a delta snapshot) with the items in its data appended to that list; the file carries
+the base record too, and an import refuses a tail whose base it lacks.
 
 An import runs in one transaction: it lands completely or not at all.
 """
@@ -59,15 +60,17 @@ from checkpointer.savers.sql.transfer import (
 from checkpointer.types import check_id, utc_now_iso
 
 FORMAT = "checkpointer-export"
-VERSION = 3
+VERSION = 4
 """2: checkpoint records may keep small values inline (`channel_values`, see
 `savers/sql/inline.py`), which a reader of version 1 would drop. 3: blob records may be
 tail rows (`"base"`), which a reader of version 2 would store without their base (its
-reads would then fail on every such value): a file says 3 only when it holds one, so
-exports without tails still import into earlier versions. Files of versions 1 and 2
-import as before."""
-TAILS_VERSION = 3
-"""The first version whose blob records may carry a `"base"`."""
+reads would then fail on every such value). 4: a tail may continue a list inside payload
+markers (a delta channel's snapshot, schema revision 0011), which a reader of version 3
+would join into a wrong value. A file says 4 only when it holds a tail, so exports
+without tails still import into earlier versions. Files of versions 1 to 3 import as
+before."""
+TAILS_VERSION = 4
+"""What a file holding tail rows (blob records with a `"base"`) says."""
 PLAIN_VERSION = 2
 """What a file without tail rows says."""
 SERIALIZER = "checkpointer-msgpack"

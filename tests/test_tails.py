@@ -8,7 +8,7 @@ import copy
 import hashlib
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +17,32 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checkpointer.channels.markers import DeltaSnapshot, Overwrite
 from checkpointer.errors import CorruptValueError, DeserializationError
 from checkpointer.ids import next_channel_version
 from checkpointer.savers.postgres import PostgresSaver
+from checkpointer.savers.sql import programs as saver_module
+from checkpointer.savers.sql.plan import Stmt
 from checkpointer.savers.sql.tails import (
     MIN_BASE_BYTES,
     TAIL_PREFIX,
     TAILS_KEY,
     ListTails,
+    join_whole,
     list_codec,
 )
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.serde import MsgpackSerializer
 from checkpointer.serde.compression import CompressingSerializer, database_default_serializer
+from checkpointer.serde.fast_path import list_inside, list_of
 from checkpointer.types import empty_checkpoint, make_config
-from tests.conftest import PG_URL, drop_schema, opened_saver, require_postgres
+from tests.conftest import (
+    PG_URL,
+    StatementCounter,
+    drop_schema,
+    opened_saver,
+    require_postgres,
+)
 
 SYNC_KINDS = ("sqlite", "postgres")
 
@@ -42,11 +53,28 @@ def _item(n: int, size: int = 300) -> dict[str, Any]:
     return {"role": "user" if n % 2 else "assistant", "content": words[:size]}
 
 
-class _Thread:
-    """Puts a list channel the way a runtime does, remembering what each checkpoint held."""
+def _plain(value: list[Any]) -> Any:
+    return value
 
-    def __init__(self, saver: Any, thread_id: str | None = None) -> None:
+
+def _nested(value: list[Any]) -> Any:
+    return Overwrite(DeltaSnapshot(value))
+
+
+WRAPS = {"plain": _plain, "snapshot": DeltaSnapshot, "overwrite": Overwrite, "nested": _nested}
+"""How a list channel's value is stored: as it is, or inside payload markers (a delta
+channel's snapshot, an overwrite, both)."""
+
+
+class _Thread:
+    """Puts a list channel the way a runtime does, remembering what each checkpoint held.
+    `wrap` makes the stored value of each list (a `DeltaSnapshot` of it...)."""
+
+    def __init__(
+        self, saver: Any, thread_id: str | None = None, wrap: Callable[[list[Any]], Any] = _plain
+    ) -> None:
         self.saver = saver
+        self.wrap = wrap
         self.thread_id = thread_id or uuid.uuid4().hex
         self.head = make_config(self.thread_id)
         self.version: str | None = None
@@ -58,13 +86,13 @@ class _Thread:
     def put(self, value: list[Any]) -> None:
         self.version = next_channel_version(self.version)
         checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"messages": value}
+        checkpoint["channel_values"] = {"messages": self.wrap(value)}
         checkpoint["channel_versions"] = {"messages": self.version}
         self.head = self.saver.put(
             self.head, checkpoint, {"step": len(self.expected)}, {"messages": self.version}
         )
         self.value = value
-        self.expected[checkpoint["id"]] = copy.deepcopy(value)
+        self.expected[checkpoint["id"]] = self.wrap(copy.deepcopy(value))
         self.heads.append((self.head, self.version, value))
 
     def grow(self, count: int, size: int = 300) -> None:
@@ -152,9 +180,9 @@ _STEP = st.one_of(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(steps=st.lists(_STEP, min_size=1, max_size=30))
-def test_every_checkpoint_reads_back_as_put(sync_saver: Any, steps: list[Any]) -> None:
-    thread = _Thread(sync_saver)
+@given(steps=st.lists(_STEP, min_size=1, max_size=30), wrap=st.sampled_from(sorted(WRAPS)))
+def test_every_checkpoint_reads_back_as_put(sync_saver: Any, steps: list[Any], wrap: str) -> None:
+    thread = _Thread(sync_saver, wrap=WRAPS[wrap])
     thread.grow(20)  # past MIN_BASE_BYTES: later versions can be tails
     for op, n in steps:
         if op == "grow":
@@ -171,8 +199,10 @@ def test_every_checkpoint_reads_back_as_put(sync_saver: Any, steps: list[Any]) -
     thread.check()
 
 
-def test_a_growing_list_is_stored_as_tails(sync_saver: Any) -> None:
-    thread = _Thread(sync_saver)
+@pytest.mark.parametrize("wrap", ["plain", "snapshot"])
+def test_a_growing_list_is_stored_as_tails(sync_saver: Any, wrap: str) -> None:
+    """A list grown step by step, or a delta channel's snapshots of one (revision 0011)."""
+    thread = _Thread(sync_saver, wrap=WRAPS[wrap])
     for _ in range(40):
         thread.grow(2)
     thread.check()
@@ -188,6 +218,50 @@ def test_a_growing_list_is_stored_as_tails(sync_saver: Any) -> None:
         len(database_default_serializer().dumps_typed(v)[1]) for v in thread.expected.values()
     )
     assert int(rows[0][0]) < whole / 2
+
+
+def test_a_tail_continues_only_a_base_with_the_same_markers(sync_saver: Any) -> None:
+    """A plain list after a snapshot of its prefix (or the other way round) is written
+    whole: a tail appends to the list inside its base's markers, whatever they are."""
+    thread = _Thread(sync_saver, wrap=DeltaSnapshot)
+    thread.grow(20)
+    thread.wrap = _plain
+    thread.grow(1)
+    thread.wrap = DeltaSnapshot
+    thread.grow(1)
+    thread.wrap = Overwrite
+    thread.grow(1)
+    assert _tail_count(sync_saver, thread.thread_id) == 0
+    thread.grow(1)  # the same markers as the base just written whole
+    assert _tail_count(sync_saver, thread.thread_id) == 1
+    sync_saver.value_cache.clear()
+    thread.check()
+
+
+@pytest.mark.parametrize("walk", [False, True])
+def test_a_delta_snapshot_stored_as_a_tail_seeds_the_history(
+    sync_saver: Any, walk: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seed of a delta channel's history read from a snapshot tail is the whole
+    snapshot (its base's list with the tail's items), its base brought by the history's
+    one statement (by runs, or by the pointer walk)."""
+    thread = _Thread(sync_saver, wrap=DeltaSnapshot)
+    thread.grow(20)
+    thread.grow(1)
+    thread.grow(1)
+    assert _tail_count(sync_saver, thread.thread_id) == 2
+    sync_saver.value_cache.clear()
+    if walk:
+        monkeypatch.setattr(
+            saver_module, "delta_runs_stmt", lambda d, **_: Stmt("SELECT -2", fetch=True)
+        )
+    counter = StatementCounter(sync_saver.saver)
+    history = sync_saver.get_delta_channel_history(config=thread.head, channels=["messages"])
+    assert counter.count == (2 if walk else 1)  # the walk: after the runs' refusal
+    seed = thread.heads[-2][2]
+    assert len(seed) == 21 and history["messages"]["seed"] == DeltaSnapshot(seed)
+    listed = list(sync_saver.list(make_config(thread.thread_id), limit=1))
+    assert listed[0].checkpoint["channel_values"]["messages"] == DeltaSnapshot(thread.value)
 
 
 def test_a_tail_of_a_base_gone_is_written_whole(sync_saver: Any) -> None:
@@ -296,11 +370,14 @@ async def test_async_savers_read_tails(tmp_path: Path) -> None:
         max_size=8,
     ),
     compressed=st.booleans(),
+    wrap=st.sampled_from(sorted(WRAPS)),
 )
 def test_a_tail_decodes_to_the_items_added(
-    base: list[Any], more: list[Any], compressed: bool
+    base: list[Any], more: list[Any], compressed: bool, wrap: str
 ) -> None:
-    """Encoding level: the tail's bytes decode to exactly the items past the base's."""
+    """Encoding level: the tail's bytes decode to exactly the items past the base's, and
+    joined to the base's bytes they are the new value's, markers included."""
+    mark = WRAPS[wrap]
     serde: Any = MsgpackSerializer()
     if compressed:
         serde = CompressingSerializer(serde, threshold=64)
@@ -308,17 +385,20 @@ def test_a_tail_decodes_to_the_items_added(
     assert codec is not None
     tails = ListTails()
     filler = [{"pad": "p" * (MIN_BASE_BYTES * 16)}]  # the items added stay under 1/8
-    first = tails.encode(codec, "t", "", "c", "1", filler + base)
+    first = tails.encode(codec, "t", "", "c", "1", mark(filler + base))
     assert isinstance(first, tuple)  # the first is whole
-    assert serde.loads_typed(first) == filler + base
-    out = tails.encode(codec, "t", "", "c", "2", filler + base + more)
+    assert serde.loads_typed(first) == mark(filler + base)
+    out = tails.encode(codec, "t", "", "c", "2", mark(filler + base + more))
     if not more:
         assert isinstance(out, tuple)  # not longer: whole
         return
     assert not isinstance(out, tuple) and out.type.startswith(TAIL_PREFIX)
     assert out.base_version == "1" and out.base_size == len(first[1])
     assert serde.loads_typed((out.type[len(TAIL_PREFIX) :], out.blob)) == more
-    assert serde.loads_typed(out.whole()) == filler + base + more
+    assert serde.loads_typed(out.whole()) == mark(filler + base + more)
+    assert serde.loads_typed(join_whole(first, (out.type, out.blob), {})) == mark(
+        filler + base + more
+    )
     # An unknown reader fails loudly rather than returning only the tail.
     with pytest.raises(DeserializationError):
         serde.loads_typed((out.type, out.blob))
@@ -330,3 +410,43 @@ def test_only_plain_msgpack_serializers_write_tails() -> None:
     assert list_codec(MsgpackSerializer()) is not None
     assert list_codec(database_default_serializer()) is not None
     assert list_codec(EncryptedSerializer(keys={"k": b"k" * 32}, active_key_id="k")) is None
+
+
+_SCALAR = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
+_ONE_LEVEL = st.one_of(
+    st.lists(_SCALAR, max_size=3),
+    st.tuples(_SCALAR, _SCALAR),
+    st.dictionaries(st.text(max_size=3), _SCALAR, max_size=3),
+)
+_PLAIN = st.one_of(
+    _SCALAR,
+    _ONE_LEVEL,
+    st.lists(_ONE_LEVEL, max_size=3),
+    st.tuples(_ONE_LEVEL, _SCALAR),
+    st.frozensets(_SCALAR, max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_PLAIN,
+    marks=st.lists(st.sampled_from([DeltaSnapshot, Overwrite]), max_size=3),
+)
+def test_list_inside_finds_exactly_the_lists_a_value_is_or_holds(
+    value: Any, marks: list[Any]
+) -> None:
+    """The byte-level view of what a tail may continue agrees with the value: a list
+    inside any markers, never a tuple or set (whose encoding is an array too)."""
+    for mark in marks:
+        value = mark(value)
+    raw = MsgpackSerializer().dumps_typed(value)[1]
+    found = list_inside(raw)
+    inner = list_of(value)
+    if inner is None:
+        assert found is None
+        return
+    assert found is not None
+    marked, count, head = found
+    assert marked == 4 * len(marks) and count == len(inner) and head >= 1
+    rest = MsgpackSerializer().loads_typed(("msgpack", raw[marked:]))
+    assert rest == inner

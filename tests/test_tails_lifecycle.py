@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from checkpointer.channels.markers import DeltaSnapshot
 from checkpointer.errors import CheckpointerError
 from checkpointer.export import (
     PLAIN_VERSION,
@@ -487,19 +488,22 @@ item_strategy = st.one_of(
     head=st.lists(item_strategy, min_size=1, max_size=40),
     extra=st.lists(item_strategy, min_size=1, max_size=4),
     compressed=st.booleans(),
+    snapshot=st.booleans(),
 )
 def test_join_whole_gives_the_bytes_of_the_whole_list(
-    head: list[Any], extra: list[Any], compressed: bool
+    head: list[Any], extra: list[Any], compressed: bool, snapshot: bool
 ) -> None:
     """A tail joined with its base is the serializer's own encoding of the whole list,
-    byte for byte (compressed or not), whatever the items."""
+    byte for byte (compressed or not, a delta snapshot of it or not), whatever the items."""
     inner = MsgpackSerializer()
     serde: Any = CompressingSerializer(inner) if compressed else inner
     codec = list_codec(serde)
     assert codec is not None
     padding = ["p" * 100] * (MIN_BASE_BYTES // 100 + 1)  # the base must be large enough
-    base_value = [*padding, *head]
-    whole_value = [*base_value, *extra]
+    base_value: Any = [*padding, *head]
+    whole_value: Any = [*base_value, *extra]
+    if snapshot:
+        base_value, whole_value = DeltaSnapshot(base_value), DeltaSnapshot(whole_value)
     memory = ListTails()
     base = memory.encode(codec, "t", "", "chat", "1", base_value)
     assert isinstance(base, tuple)
@@ -518,7 +522,8 @@ def test_cli_export_import_and_an_older_importer(
     db: Db, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`checkpointer export` / `import` carry tails; an importer that reads only version 2
-    refuses the file up front instead of storing tails without their bases."""
+    (or 3, tails of plain lists) refuses the file up front instead of storing tails without
+    their bases (or joining a snapshot's tail into a wrong value)."""
     with db.saver() as saver:
         saved = write_thread(saver, "cli", 8)
         saver.prune(["cli"])
@@ -534,9 +539,11 @@ def test_cli_export_import_and_an_older_importer(
             assert any(b is not None for _, _, b in rows(saver, "cli"))
     import checkpointer.export as export_module
 
-    monkeypatch.setattr(export_module, "VERSION", PLAIN_VERSION)  # as version 2 code reads
-    with pytest.raises(ExportFormatError, match="not supported"):
-        export_module.read_header(result.stdout.splitlines()[0])
+    # Code reading version 2 (no tails) or 3 (tails of plain lists only) refuses it.
+    for older in (PLAIN_VERSION, TAILS_VERSION - 1):
+        monkeypatch.setattr(export_module, "VERSION", older)
+        with pytest.raises(ExportFormatError, match="not supported"):
+            export_module.read_header(result.stdout.splitlines()[0])
 
 
 # --------------------------------------------------------------------------- concurrency

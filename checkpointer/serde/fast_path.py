@@ -255,6 +255,46 @@ def _unwrap(raw: bytes | memoryview) -> tuple[list[Callable[[Any], Any]], bytes 
     return wrappers, view if wrappers else raw  # a view: no copy of a large payload
 
 
+PAYLOAD_MARKERS: Final = (DeltaSnapshot, Overwrite)
+"""The types `_PAYLOAD_WRAPPERS` makes: a marker around one payload, `.value`."""
+
+
+def list_inside(raw: bytes | memoryview) -> tuple[int, int, int] | None:
+    """Where the list is in msgpack bytes that encode a list, or a list inside payload
+    markers (a `DeltaSnapshot` or `Overwrite` of one, as msgpack-python writes them):
+    (the markers' length, the list's item count, its header's length); None for anything
+    else. The bytes of the markers, then of the list: what a tail row continues
+    (`savers/sql/tails.py`)."""
+    view = memoryview(raw)
+    at = 0
+    for _ in range(_MAX_WRAPPERS):
+        if (
+            view[at : at + 1] == b"\x92"
+            and view[at + 1 : at + 3] == _EMPTY_EXT
+            and len(view) > at + 3
+            and view[at + 3] in _PAYLOAD_WRAPPERS
+        ):
+            at += 4
+            continue
+        break
+    header = array_header(view[at:])
+    if header is None:
+        return None
+    first = at + header[1]
+    if header[0] and view[first : first + 2] == _EMPTY_EXT:
+        return None  # led by a marker: a tagged value (a tuple, a set...), not a list
+    return at, header[0], header[1]
+
+
+def list_of(value: Any) -> list[Any] | None:
+    """The list `value` is, or holds inside payload markers (`list_inside`'s values)."""
+    for _ in range(_MAX_WRAPPERS):
+        if type(value) not in PAYLOAD_MARKERS:
+            break
+        value = value.value
+    return value if type(value) is list else None
+
+
 def array_header(raw: bytes | memoryview) -> tuple[int, int] | None:
     """(item count, header length) of msgpack bytes that start with an array, or None."""
     if not raw:

@@ -19,6 +19,7 @@ anything nested deeper is refused: a shallow copy would share the inner containe
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
 from typing import Any, Final
 
 from checkpointer.channels.markers import DeltaSnapshot
@@ -29,6 +30,7 @@ SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes})
 """Immutable types a copy may share with the original (exact types only)."""
 
 _CONTAINERS: Final = frozenset({dict, list})
+_DICT: Final = frozenset({dict})
 
 
 def same(value: Any) -> Any:
@@ -62,10 +64,24 @@ def is_record(item: Any) -> bool:
 def _list_copier(items: list[Any]) -> Copier | None:
     if scalars_only(items):
         return list.copy
+    if _flat_records(items):
+        return copy_records
     for item in items:
         if not is_record(item):
             return None
     return copy_records
+
+
+def _flat_records(items: list[Any]) -> bool:
+    """Whether every item is a dict of scalar keys and scalar values, checked in three C
+    passes over all the items (a chat history of thousands of messages), not a Python
+    call each. False also when some value is a tuple: `is_record` then decides item by
+    item."""
+    return (
+        _DICT.issuperset(map(type, items))
+        and scalars_only(chain.from_iterable(items))
+        and scalars_only(chain.from_iterable(map(dict.values, items)))
+    )
 
 
 def _copy_fields(value: dict[Any, Any]) -> dict[Any, Any]:

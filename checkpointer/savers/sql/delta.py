@@ -12,6 +12,7 @@ from checkpointer.savers.base import history_loop
 from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK, delta_runs_sql, sorts_in_python
 from checkpointer.savers.sql.delta_sql import (
     MAX_CHANNELS_PER_QUERY,
+    SEED_BASE,
     WALK_BOUND_REACHED,
     WALK_RECORD,
     WALK_UNREADABLE,
@@ -30,6 +31,7 @@ from checkpointer.savers.sql.tails import (
     TAIL_PREFIX,
     BaseKey,
     Bases,
+    Typed,
     bases_plan,
     load_stored,
     load_tail,
@@ -176,8 +178,9 @@ def decode_delta_history(
     version and the checkpoint a write is pending on: each value is read at the location
     it was stored at, not the target's. A seed kept inline in its record comes as (ikind,
     itext), see `inline.from_sql`. A kind 2 row is an ancestor whose record is unreadable.
-    `bases`: those of the seeds that are tail rows (`seed_tail_keys`, `tails.py`): a
-    channel that was a plain list before it became a delta channel."""
+    `bases`: those of the seeds that are tail rows (`tail_seeds`, `tails.py`): a delta
+    snapshot continuing an earlier one, or a channel that was a plain list before it
+    became a delta channel. No `SEED_BASE` row is left among `rows`."""
     out: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
     located = is_located(serde)
     fast = batch_loader(serde)  # as in `decode_tuples`
@@ -188,6 +191,8 @@ def decode_delta_history(
         kind = row[0]
         if kind == 1:
             pending.append(row)
+            continue
+        if kind == SEED_BASE:  # read by `tail_seeds` already
             continue
         _, _depth, channel, _path, _task_id, _idx, type_, blob, ref = row[:9]
         if kind == WALK_BOUND_REACHED:  # never decode a walk cut short (see the statement)
@@ -269,13 +274,27 @@ def decode_delta_history(
     return out
 
 
-def seed_tail_keys(rows: Sequence[Row], thread_id: str, checkpoint_ns: str) -> list[BaseKey]:
-    """The seeds among delta history rows that are tail rows, whose bases must be read."""
-    return [
-        (thread_id, checkpoint_ns, str(row[2]), str(row[8]))
-        for row in rows
-        if row[0] == 0 and row[7] is not None and str(row[6]).startswith(TAIL_PREFIX)
-    ]
+def tail_seeds(
+    rows: Sequence[Row], thread_id: str, checkpoint_ns: str
+) -> tuple[list[Row], dict[BaseKey, tuple[str, Typed]], list[BaseKey]]:
+    """Delta history rows without their `SEED_BASE` rows; the bases those brought, by the
+    tail seed they continue; and the tail seeds whose base no row brought (the statement
+    found none, or does not look), to read by `tails.bases_plan`. One pass over the rows."""
+    bases: dict[BaseKey, tuple[str, Typed]] = {}
+    tails: list[BaseKey] = []
+    for row in rows:
+        kind = row[0]
+        if kind == 1:
+            continue
+        if kind == SEED_BASE:
+            blob = row[7]
+            key = (thread_id, checkpoint_ns, str(row[2]), str(row[8]))
+            bases[key] = (str(row[10]), (str(row[6]), blob if type(blob) is bytes else bytes(blob)))
+        elif kind == 0 and row[7] is not None and str(row[6]).startswith(TAIL_PREFIX):
+            tails.append((thread_id, checkpoint_ns, str(row[2]), str(row[8])))
+    if bases:
+        rows = [row for row in rows if row[0] != SEED_BASE]
+    return list(rows), bases, [key for key in tails if key not in bases]
 
 
 def delta_history_plan(
@@ -288,8 +307,9 @@ def delta_history_plan(
     out: dict[str, DeltaChannelHistory] = {}
     for chunk in delta_history_chunks(channels):
         rows = yield from delta_walk_plan(d, config, chunk, is_located(serde))
-        keys = seed_tail_keys(rows, thread_id, ns)
-        bases = (yield from bases_plan(d, keys)) if keys else None
+        rows, bases, missing = tail_seeds(rows, thread_id, ns)
+        if missing:
+            bases.update((yield from bases_plan(d, missing)))
         out.update(
             decode_delta_history(
                 rows, chunk, serde, d, thread_id=thread_id, checkpoint_ns=ns, bases=bases

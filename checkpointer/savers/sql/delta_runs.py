@@ -23,6 +23,7 @@ from __future__ import annotations
 from checkpointer.savers.sql.delta_sql import (
     bit,
     in_namespace,
+    seed_base_row,
     stored_at,
     target_sql,
     walk_bound,
@@ -200,6 +201,12 @@ def blob_seed_sql(d: Dialect, i: int) -> str:
     )
 
 
+def seed_base_sql(d: Dialect, i: int) -> str:
+    """The base of channel i's seed where that seed is a tail row (`SEED_BASE`)."""
+    row = seed_base_row(d, i, "r.k", f"FROM runs r {seed_checkpoint(d, i)}")
+    return f"{row} WHERE r.s{i} IS NOT NULL"
+
+
 def inline_seed_sql(d: Dialect, i: int) -> str:
     """Channel i's seed kept inline in the seed checkpoint's record."""
     ch = d.p(f"ch{i}")
@@ -286,6 +293,7 @@ def delta_runs_sql(d: Dialect, n: int, latest: bool) -> str:
         return fallback_row(d, "1 = 1")
     data = [blob_seed_sql(d, i) for i in range(n)]
     data += [inline_seed_sql(d, i) for i in range(n)]
+    data += [seed_base_sql(d, i) for i in range(n)]
     data += [writes_sql(d, i) for i in range(n)]
     data += [unnumbered_writes_sql(d, i) for i in range(n)]
     passed = " AND NOT EXISTS (SELECT 1 FROM checks)"

@@ -24,11 +24,15 @@ WALK_UNREADABLE = 2
 """Row kind for a passed ancestor whose record cannot be read (guarded dialects)."""
 WALK_RECORD = 3
 """Row kind carrying a passed checkpoint's record, to verify its seal."""
+SEED_BASE = 4
+"""Row kind for the base of a seed stored as a tail row (`tails.py`: a delta snapshot
+continuing an earlier one), brought by the same statement: type, blob, ref = the seed's
+version, itext = the base's version."""
 
 ROW_COLUMNS = "kind, depth, channel, task_path, task_id, idx, type, blob, ref, ikind, itext"
 """Every part's row: kind 0 a seed (ref = its version, task_path = the checkpoint holding
 it; an inline seed has no blob but (ikind, itext)), 1 a write (ref = the checkpoint it is
-pending on), and the check rows."""
+pending on), `SEED_BASE` the base of a tail seed, and the check rows."""
 
 
 def history_params(
@@ -168,6 +172,37 @@ def blob_seed_sql(d: Dialect, i: int) -> str:
     )
 
 
+def seed_base_row(d: Dialect, i: int, depth: str, source: str) -> str:
+    """A `SEED_BASE` row of channel i: `source` (FROM and joins) makes the checkpoint
+    holding its seed `pc`; the seed's value row `bl` and, if that is a tail, the whole row
+    it continues `bb` are looked up by primary key."""
+    ch = d.p(f"ch{i}")
+    value = d.lookup(
+        d.blobs,
+        "bl",
+        "bl.version, bl.base_version",
+        f"{in_namespace(d, 'bl')} AND bl.channel = {ch} "
+        f"AND bl.version = {d.version_of('pc.checkpoint', ch)}",
+    )
+    base = d.lookup(
+        d.blobs,
+        "bb",
+        "bb.type, bb.blob, bb.version",
+        f"{in_namespace(d, 'bb')} AND bb.channel = {ch} AND bb.version = bl.base_version "
+        "AND bb.base_version IS NULL",
+    )
+    return (
+        f"SELECT {SEED_BASE}, {depth}, {d.text(ch)}, NULL, NULL, NULL, bb.type, bb.blob, "
+        f"bl.version, NULL, bb.version {source} {value} {base}"
+    )
+
+
+def seed_base_sql(d: Dialect, i: int) -> str:
+    """The base of channel i's seed where that seed is a tail row."""
+    source = f"FROM walk w {checkpoint_at(d, 'w.checkpoint_id')}"
+    return f"{seed_base_row(d, i, 'w.depth', source)} WHERE {seeded_here(d, i)}"
+
+
 def inline_seed_sql(d: Dialect, i: int) -> str:
     """Channel i's seed kept inline in the seed checkpoint's record."""
     ch = d.p(f"ch{i}")
@@ -181,8 +216,10 @@ def inline_seed_sql(d: Dialect, i: int) -> str:
 
 
 def seeds_sql(d: Dialect, n: int) -> str:
-    """Every channel's seed: a value row or an inline value (at most one of the two)."""
+    """Every channel's seed: a value row or an inline value (at most one of the two), and
+    the base of a seed stored as a tail."""
     parts = [blob_seed_sql(d, i) for i in range(n)] + [inline_seed_sql(d, i) for i in range(n)]
+    parts += [seed_base_sql(d, i) for i in range(n)]
     return " UNION ALL ".join(parts)
 
 

@@ -52,7 +52,7 @@ from checkpointer.savers.sql.delta import (
     delta_runs_stmt,
     order_runs_rows,
     parent_pointers_stmt,
-    seed_tail_keys,
+    tail_seeds,
 )
 from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK
 from checkpointer.savers.sql.delta_sql import WALK_BOUND_REACHED
@@ -465,8 +465,9 @@ class SqlPrograms:
                 if rows and rows[0][0] == WALK_BOUND_REACHED:
                     raise history_loop(thread_id, ns, str(rows[0][8]))
             cache = self.value_cache
-            keys = seed_tail_keys(rows, **where)
-            bases = (yield from self._p_tail_bases(keys)) if keys else None
+            rows, bases, missing = tail_seeds(rows, **where)
+            if missing:  # bases the statement did not bring
+                bases.update((yield from self._p_tail_bases(missing)))
             decode = partial(
                 _decode_history,
                 serde=self.serde,

@@ -37,7 +37,13 @@ from checkpointer.savers.sql.records import (
     json_object,
     version_text,
 )
-from checkpointer.savers.sql.tails import ListTails, TailRow, hints_of, list_codec
+from checkpointer.savers.sql.tails import (
+    ListTails,
+    TailRow,
+    can_be_tail,
+    hints_of,
+    list_codec,
+)
 from checkpointer.serde import Serializer
 from checkpointer.serde.located import ValueLocation, dumps_at, is_located
 from checkpointer.types import (
@@ -117,7 +123,7 @@ def put_op(
     if codec is not None and tails is not None:
         where = f"in checkpoint {checkpoint_id!r}"
         for channel, (version, value) in changed.items():
-            if type(value) is list and value:
+            if can_be_tail(value):
                 out = tails.encode(codec, thread_id, ns, channel, version_text(version), value)
                 if type(out) is TailRow:
                     tail_rows.append(replace(out, whole=partial(_checked_whole, out, where)))

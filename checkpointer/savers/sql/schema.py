@@ -21,7 +21,7 @@ WRITES = "checkpointer_writes"
 THREADS = "checkpointer_threads"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
 KNOWN_REVISIONS: tuple[str, ...] = (
@@ -35,6 +35,7 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0008",
     "0009",
     "0010",
+    "0011",
 )
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
@@ -122,7 +123,8 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         sa.Column("type", sa.Text(), nullable=False),
         sa.Column("blob", value_bytes(), nullable=False),
         # A tail row (revision 0010, `tails.py`): the version of a whole row of this
-        # channel whose list the value continues; NULL for a whole value.
+        # channel whose list the value continues (0011: or the list inside its marker,
+        # a delta snapshot); NULL for a whole value.
         sa.Column("base_version", key_text(), nullable=True),
         sa.PrimaryKeyConstraint(
             "thread_id", "checkpoint_ns", "channel", "version", name=f"{BLOBS}_pkey"

@@ -6,9 +6,15 @@ recompresses and rewrites the entire history (most of a classic put's time, and 
 database's bytes). From schema revision 0010 a value row may instead be a *tail*:
 
 - its `base_version` names a *whole* row (no base of its own) of the same thread,
-  namespace and channel, whose value is a list;
+  namespace and channel, whose value is a list, or from revision 0011 a list inside
+  payload markers (a delta channel's `DeltaSnapshot` of its message list);
 - its type is `TAIL_PREFIX` + the tag of its bytes, which serialize the list of the items
-  that follow the base's; its value is the base's items followed by those.
+  that follow the base's; its value is the base's value with those items appended to its
+  list (inside the same markers).
+
+A delta channel snapshots its whole value every `snapshot_frequency` steps: stored whole,
+a thread of N steps held N^2 / (2 * frequency) items in snapshots, and listing it decoded
+them all. As tails, its snapshots cost about what one list written whole a few times does.
 
 A base is one hop away, so a read fetches at most one more row per tail, and bases are
 few and shared (`bases_stmt` fetches each once), so the value cache keeps them decoded.
@@ -20,7 +26,9 @@ after another, and our serializer encodes each item on its own (an object is an 
 by its marker; nothing refers across items). So if the new list's item bytes start with
 the base's item bytes, its first items are exactly the base's items, as encoded, and the
 rest of its bytes encode the items after them: a header for that many items in front of
-them is the encoding of the list of the new items (`ListTails.encode`).
+them is the encoding of the list of the new items (`ListTails.encode`). A payload marker
+is the same few bytes in front of the list whatever it holds (`fast_path.list_inside`), so
+a tail continues only a base written with the very same marker bytes.
 
 Puts (`ListTails`): per (thread, namespace, channel) the last whole list written by this
 saver is remembered as bytes. A new version whose bytes extend it by at most
@@ -45,7 +53,7 @@ from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.plan import Plan, Row, Stmt
 from checkpointer.serde import Serializer
 from checkpointer.serde.compression import CompressingSerializer
-from checkpointer.serde.fast_path import _array_head, array_header
+from checkpointer.serde.fast_path import _array_head, list_inside, list_of
 from checkpointer.serde.frames import (
     DEFAULT_LEVEL,
     ZSTD_SUFFIX,
@@ -123,9 +131,17 @@ def whole_row(tail: TailRow) -> tuple[str, str, str, bytes]:
 class _Base:
     version: str
     items: bytes
-    """The base's encoding without its array header: the bytes of its items."""
+    """The base's encoding without its markers and array header: the bytes of its items."""
     count: int
     stored_size: int
+    markers: bytes
+    """The payload markers' bytes in front of the list (empty for a plain list)."""
+
+
+def can_be_tail(value: Any) -> bool:
+    """Whether `ListTails.encode` takes `value`: a non-empty list, or one inside payload
+    markers (a `DeltaSnapshot` of a message list)."""
+    return bool(list_of(value))
 
 
 def list_codec(serde: Serializer) -> tuple[Callable[[Any], Typed], Callable[[Typed], Typed]] | None:
@@ -163,26 +179,28 @@ class ListTails:
         ns: str,
         channel: str,
         version: str,
-        value: list[Any],
+        value: Any,
     ) -> Typed | TailRow:
-        """What to write for `value`, a list: a tail of the remembered base, or its
+        """What to write for `value` (`can_be_tail`): a tail of the remembered base, or its
         stored form whole (then remembered as the base, if large enough)."""
         encode, finish = codec
         tag, raw = encode(value)
-        count = len(value)
-        head = _array_head(count)
-        if tag != TAG_MSGPACK or not raw.startswith(head):
+        found = list_inside(raw) if tag == TAG_MSGPACK else None
+        if found is None:
             return finish((tag, raw))
+        marked, count, head = found
+        start = marked + head
         key = (thread_id, ns, channel)
         with self._lock:
             base = self._bases.get(key)
             if base is not None:
                 self._bases.move_to_end(key)
-        start = len(head)
         if (
             base is not None
             and base.version != version
             and count > base.count
+            and raw.startswith(base.markers)
+            and marked == len(base.markers)
             and len(raw) - start - len(base.items) <= len(base.items) // TAIL_SHARE
             and raw.startswith(base.items, start)
         ):
@@ -195,15 +213,16 @@ class ListTails:
                 items[1],
                 base.version,
                 base.stored_size,
-                partial(self._whole, key, version, raw, start, count, finish),
+                partial(self._whole, key, version, raw, marked, start, count, finish),
             )
-        return self._whole(key, version, raw, start, count, finish)
+        return self._whole(key, version, raw, marked, start, count, finish)
 
     def _whole(
         self,
         key: tuple[str, str, str],
         version: str,
         raw: bytes,
+        marked: int,
         start: int,
         count: int,
         finish: Callable[[Typed], Typed],
@@ -212,7 +231,8 @@ class ListTails:
         a tail was refused: its remembered base is gone)."""
         stored = finish((TAG_MSGPACK, raw))
         if len(raw) - start >= MIN_BASE_BYTES:
-            self._remember(key, _Base(version, raw[start:], count, len(stored[1])))
+            base = _Base(version, raw[start:], count, len(stored[1]), raw[:marked])
+            self._remember(key, base)
         return stored
 
     def _remember(self, key: tuple[str, str, str], base: _Base) -> None:
@@ -380,15 +400,17 @@ def bases_plan(d: Dialect, keys: Iterable[BaseKey]) -> Plan[Bases]:
     return found
 
 
-def compose(base: Any, items: Any, where: Mapping[str, Any]) -> list[Any]:
-    """A tail's value: its base's list (a fresh object, extended here) and its items."""
-    if type(base) is not list or type(items) is not list:
+def compose(base: Any, items: Any, where: Mapping[str, Any]) -> Any:
+    """A tail's value: its base (a fresh object) with its items appended to the list it is
+    or holds inside payload markers (extended in place)."""
+    inner = list_of(base)
+    if inner is None or type(items) is not list:
         raise CorruptValueError(
             "a tail value and its base must both be lists "
             f"(got {type(base).__name__} and {type(items).__name__})",
             **where,
         )
-    base.extend(items)
+    inner.extend(items)
     return base
 
 
@@ -401,21 +423,22 @@ def missing_base(key: BaseKey, where: Mapping[str, Any]) -> CorruptValueError:
 
 
 # ------------------------------------------------------------------ the other row users
-def read_array_head(raw: bytes | memoryview, where: Mapping[str, Any]) -> tuple[int, int]:
-    """(item count, offset of the first item) of msgpack bytes that encode an array."""
-    header = array_header(raw)
-    if header is None:
+def read_list_head(raw: bytes | memoryview, where: Mapping[str, Any]) -> tuple[int, int, int]:
+    """`fast_path.list_inside` of the bytes of a tail row or its base, or CorruptValueError."""
+    found = list_inside(raw)
+    if found is None:
         raise CorruptValueError("a tail value or its base is not a msgpack list", **where)
-    return header
+    return found
 
 
 def join_whole(base: Typed, tail: Typed, where: Mapping[str, Any]) -> Typed:
-    """The stored pair of a tail row's value written whole, made from bytes alone: one
-    array header, the base's items, the tail's items (the converse of `ListTails.encode`,
-    see module). `base` is the base row's pair (plain `msgpack`, compressed or not),
-    `tail` the tail row's (`tail+...`). Compressed (`+zstd`) when either was and it saves
-    space. No value is deserialized, so no class allowlist is involved: what copies,
-    re-encryption and inspection use to turn a tail into an ordinary row."""
+    """The stored pair of a tail row's value written whole, made from bytes alone: the
+    base's markers, one array header, the base's items, the tail's items (the converse of
+    `ListTails.encode`, see module). `base` is the base row's pair (plain `msgpack`,
+    compressed or not), `tail` the tail row's (`tail+...`). Compressed (`+zstd`) when
+    either was and it saves space. No value is deserialized, so no class allowlist is
+    involved: what copies, re-encryption and inspection use to turn a tail into an
+    ordinary row."""
     base_tag, base_raw = decompress_typed((base[0], bytes(base[1])))
     items_tag_, items_raw = decompress_typed((items_tag(tail[0]), bytes(tail[1])))
     if base_tag != TAG_MSGPACK or items_tag_ != TAG_MSGPACK:
@@ -424,13 +447,16 @@ def join_whole(base: Typed, tail: Typed, where: Mapping[str, Any]) -> Typed:
             "msgpack lists",
             **where,
         )
-    base_count, base_start = read_array_head(base_raw, where)
-    count, start = read_array_head(items_raw, where)
+    marked, base_count, base_head = read_list_head(base_raw, where)
+    unmarked, count, head = read_list_head(items_raw, where)
+    if unmarked:
+        raise CorruptValueError("the items of a tail value are not a plain list", **where)
     raw = b"".join(
         (
+            memoryview(base_raw)[:marked],
             _array_head(base_count + count),
-            memoryview(base_raw)[base_start:],
-            memoryview(items_raw)[start:],
+            memoryview(base_raw)[marked + base_head :],
+            memoryview(items_raw)[head:],
         )
     )
     if (is_compressed(base[0]) or is_compressed(tail[0])) and len(raw) <= limit_of(None):
