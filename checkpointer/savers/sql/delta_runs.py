@@ -24,6 +24,7 @@ from checkpointer.savers.sql.delta_sql import (
     bit,
     in_namespace,
     seed_base_row,
+    seed_value,
     stored_at,
     target_sql,
     walk_bound,
@@ -187,13 +188,7 @@ def seed_checkpoint(d: Dialect, i: int) -> str:
 def blob_seed_sql(d: Dialect, i: int) -> str:
     """Channel i's seed from a value row at the seed checkpoint's version."""
     ch = d.p(f"ch{i}")
-    value = d.lookup(
-        d.blobs,
-        "bl",
-        "bl.type, bl.blob, bl.version",
-        f"{in_namespace(d, 'bl')} AND bl.channel = {ch} "
-        f"AND bl.version = {d.version_of('pc.checkpoint', ch)}",
-    )
+    value = seed_value(d, i, "bl.type, bl.blob, bl.version")
     return (
         f"SELECT 0, r.k, {d.text(ch)}, pc.checkpoint_id, NULL, NULL, bl.type, bl.blob, "
         "bl.version, "

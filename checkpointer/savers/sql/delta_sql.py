@@ -153,16 +153,23 @@ def seeded_here(d: Dialect, i: int) -> str:
     return f"(w.mask_in & {bit(d, i)}) <> 0 AND (w.mask_out & {bit(d, i)}) = 0"
 
 
-def blob_seed_sql(d: Dialect, i: int) -> str:
-    """Channel i's seed from a value row at the seed checkpoint's version."""
-    p, ch = d.p, d.p(f"ch{i}")
-    value = d.lookup(
+def seed_value(d: Dialect, i: int, columns: str) -> str:
+    """Channel i's value row at the version the record of checkpoint `pc` names, as `bl`
+    (a primary-key lookup)."""
+    ch = d.p(f"ch{i}")
+    return d.lookup(
         d.blobs,
         "bl",
-        "bl.type, bl.blob, bl.version",
-        f"bl.thread_id = {p('thread_id')} AND bl.checkpoint_ns = {p('checkpoint_ns')} "
-        f"AND bl.channel = {ch} AND bl.version = {d.version_of('pc.checkpoint', ch)}",
+        columns,
+        f"{in_namespace(d, 'bl')} AND bl.channel = {ch} "
+        f"AND bl.version = {d.version_of('pc.checkpoint', ch)}",
     )
+
+
+def blob_seed_sql(d: Dialect, i: int) -> str:
+    """Channel i's seed from a value row at the seed checkpoint's version."""
+    ch = d.p(f"ch{i}")
+    value = seed_value(d, i, "bl.type, bl.blob, bl.version")
     return (
         f"SELECT 0 AS kind, w.depth AS depth, {d.text(ch)} AS channel, "
         f"w.checkpoint_id AS task_path, {d.null('text')} AS task_id, "
@@ -177,13 +184,7 @@ def seed_base_row(d: Dialect, i: int, depth: str, source: str) -> str:
     holding its seed `pc`; the seed's value row `bl` and, if that is a tail, the whole row
     it continues `bb` are looked up by primary key."""
     ch = d.p(f"ch{i}")
-    value = d.lookup(
-        d.blobs,
-        "bl",
-        "bl.version, bl.base_version",
-        f"{in_namespace(d, 'bl')} AND bl.channel = {ch} "
-        f"AND bl.version = {d.version_of('pc.checkpoint', ch)}",
-    )
+    value = seed_value(d, i, "bl.version, bl.base_version")
     base = d.lookup(
         d.blobs,
         "bb",
