@@ -292,9 +292,12 @@ def tail_seeds(
             bases[key] = (str(row[10]), (str(row[6]), blob if type(blob) is bytes else bytes(blob)))
         elif kind == 0 and row[7] is not None and str(row[6]).startswith(TAIL_PREFIX):
             tails.append((thread_id, checkpoint_ns, str(row[2]), str(row[8])))
-    if bases:
-        rows = [row for row in rows if row[0] != SEED_BASE]
-    return list(rows), bases, [key for key in tails if key not in bases]
+    kept = [row for row in rows if row[0] != SEED_BASE] if bases else rows
+    return (
+        kept if type(kept) is list else list(kept),
+        bases,
+        [key for key in tails if key not in bases],
+    )
 
 
 def delta_history_plan(
