@@ -1,6 +1,7 @@
 """Delta history by runs (revision 0008, `savers/sql/delta_runs.py`) answers exactly as
 the in-memory saver's pointer walk: random trees of puts, forks, writes that arrive
-before their checkpoint, stored values (None included) and unchanged channels. The range
+before their checkpoint, stored values (None included, and snapshots stored as tails of
+one another) and unchanged channels. The range
 statement must answer on its own for threads the saver wrote, and fall back to the
 pointer walk, with the same answer, where the numbers cannot be trusted."""
 
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checkpointer.channels.markers import DeltaSnapshot
 from checkpointer.errors import CorruptHistoryError
 from checkpointer.ids import new_checkpoint_id, task_id_for
 from checkpointer.savers.memory import InMemorySaver
@@ -29,6 +31,9 @@ from tests.conftest import PG_URL, drop_schema, require_postgres
 from tests.old_schema import back_to_0007
 
 CHANNELS = ("m", "n")
+SNAPSHOT_HEAD = ["h" * 400] * 12
+"""The first items of every snapshot: past `tails.MIN_BASE_BYTES`, so a later, longer
+snapshot of the channel is stored as a tail of an earlier one (on any branch)."""
 
 
 @st.composite
@@ -46,7 +51,7 @@ def trees(draw: Any) -> list[dict[str, Any]]:
         for channel in CHANNELS:
             channels[channel] = (
                 draw(st.booleans()),  # a new version
-                draw(st.sampled_from(["none", "value", "null"])),  # what is stored
+                draw(st.sampled_from(["none", "value", "null", "snapshot"])),  # what is stored
                 draw(st.lists(st.integers(0, 9), max_size=2)),  # writes on the parent
             )
         steps.append(
@@ -83,7 +88,10 @@ def drive(saver: Any, steps: list[dict[str, Any]], thread: str, ids: list[str]) 
             if bump or channel not in versions:
                 versions[channel] = f"{number:03d}.{next(counter)}"
                 new_versions[channel] = versions[channel]
-                if stored != "none":
+                if stored == "snapshot":  # large and growing: stored as tails (0011)
+                    items = [f"{channel}{i}" for i in range(number + 1)]
+                    checkpoint["channel_values"][channel] = DeltaSnapshot(SNAPSHOT_HEAD + items)
+                elif stored != "none":
                     value = None if stored == "null" else [channel, number]
                     checkpoint["channel_values"][channel] = value
         checkpoint["channel_versions"] = dict(versions)
