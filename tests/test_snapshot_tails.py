@@ -143,14 +143,13 @@ def test_upgrade_from_0010_reads_whole_snapshots_and_goes_on_with_tails(
 
     if kind == "sqlite":
         path = tmp_path / "old.db"
-        url: Any = path
 
         def execute(sql: str) -> Any:
             with sqlite3.connect(path) as conn:
                 return conn.execute(sql).fetchall()
 
         def open_saver() -> Any:
-            return SqliteSaver.from_conn_string(url)
+            return SqliteSaver.from_conn_string(path)
 
         table = VERSION_TABLE
         blobs = "checkpointer_blobs"

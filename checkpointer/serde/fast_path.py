@@ -255,7 +255,7 @@ def _unwrap(raw: bytes | memoryview) -> tuple[list[Callable[[Any], Any]], bytes 
     return wrappers, view if wrappers else raw  # a view: no copy of a large payload
 
 
-PAYLOAD_MARKERS: Final = (DeltaSnapshot, Overwrite)
+PAYLOAD_MARKERS: Final = tuple(_PAYLOAD_WRAPPERS.values())
 """The types `_PAYLOAD_WRAPPERS` makes: a marker around one payload, `.value`."""
 
 
