@@ -24,6 +24,7 @@ from checkpointer.ids import new_checkpoint_id, task_id_for
 from checkpointer.savers.memory import InMemorySaver
 from checkpointer.savers.migrate import migrate
 from checkpointer.savers.sql import programs as saver_module
+from checkpointer.savers.sql.delta import order_runs_rows
 from checkpointer.savers.sql.plan import Stmt
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
@@ -162,7 +163,7 @@ def test_sqlite_runs_answer_as_the_memory_walk(
 def test_sqlite_runs_answer_as_the_memory_walk_whatever_order_rows_come_in(
     monkeypatch: pytest.MonkeyPatch, steps: list[Any]
 ) -> None:
-    """The SQLite statement leaves its rows unordered (`delta_runs.sorts_in_python`):
+    """The statement leaves its rows unordered (`delta_runs.delta_runs_sql`):
     with SQLite returning unordered rows in reverse (`reverse_unordered_selects`), and
     in the order it happens to use, the writes still come oldest first, per checkpoint in
     (task_path, task_id, idx) order (several tasks, several writes each)."""
@@ -177,6 +178,46 @@ def test_sqlite_runs_answer_as_the_memory_walk_whatever_order_rows_come_in(
             with walks_counted(monkeypatch) as walks:
                 assert histories(sqlite, configs) == want
             assert walks == [0]
+
+
+_ROW_KINDS = (0, 1, 4)  # a seed, a write, a seed's base (`delta_sql` row kinds)
+
+
+@st.composite
+def unordered_rows(draw: Any) -> list[tuple[Any, ...]]:
+    """Rows as the range statement returns them, in any order: (kind, depth, channel,
+    task_path, task_id, idx, ...), several writes often sharing a checkpoint (a depth),
+    task paths and ids of any text."""
+    text = st.text(min_size=0, max_size=3)
+    rows = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(_ROW_KINDS),
+                st.integers(0, 5),
+                st.sampled_from(CHANNELS),
+                text,
+                text,
+                st.integers(-3, 3),
+            ),
+            max_size=25,
+            unique_by=lambda row: row[:6],
+        )
+    )
+    return [(*row, f"value-{number}") for number, row in enumerate(rows)]
+
+
+@given(rows=unordered_rows(), data=st.data())
+def test_rows_are_ordered_whatever_order_they_arrive_in(rows: list[Any], data: Any) -> None:
+    """Both databases return the range statement's rows unordered (`delta_runs_sql`):
+    whatever order they arrive in, each channel's writes come out oldest first (larger
+    depth first), per checkpoint in (task_path, task_id, idx) order, Python's order of
+    str, the bytewise one of both databases."""
+    arrived = data.draw(st.permutations(rows))
+    ordered = order_runs_rows(list(arrived))
+    assert sorted(ordered) == sorted(rows)
+    for channel in CHANNELS:
+        writes = [row for row in ordered if row[0] == 1 and row[2] == channel]
+        assert writes == sorted(writes, key=lambda row: (-row[1], row[3], row[4], row[5]))
 
 
 @pytest.fixture(scope="module")

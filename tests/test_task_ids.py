@@ -10,9 +10,16 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from checkpointer.ids import task_id_for
-from checkpointer.savers.sql.postgres_dialect import decode_write_key, encode_write_key, task_name
+from checkpointer.savers.sql.postgres_dialect import (
+    PostgresDialect,
+    decode_write_key,
+    encode_write_key,
+    task_name,
+)
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import Harness
 
@@ -85,6 +92,28 @@ def test_postgres_stores_other_ids_under_a_derived_uuid_and_their_name(task_id: 
     assert task_name(task_id) == task_id
     # Readers select the name in place of the uuid (`task_id_text`).
     assert decode_write_key(task_id, stored_idx) == (task_id, 3)
+
+
+@given(
+    keys=st.lists(
+        st.tuples(
+            st.sampled_from([*EXIT_IDS, "task-1", "ünï", str(uuid.UUID(int=7))]),
+            st.integers(-3, 40),
+        ),
+        max_size=12,
+    )
+)
+def test_postgres_reads_a_batch_of_write_keys_as_each_alone(keys: list[tuple[str, int]]) -> None:
+    """A batch of stored keys (a delta history's writes) decodes as each key alone, with
+    or without a step-keyed id among them."""
+    stored = [encode_write_key(task_id, idx) for task_id, idx in keys]
+    # Readers select a named task's name in place of its uuid (`task_id_text`).
+    selected = [
+        (task_id if task_name(task_id) is not None else stored_id, stored_idx)
+        for (task_id, _), (stored_id, stored_idx) in zip(keys, stored, strict=True)
+    ]
+    ids, idxs = [key[0] for key in selected], [key[1] for key in selected]
+    assert PostgresDialect().decode_write_keys(ids, idxs) == keys
 
 
 def test_postgres_refuses_task_ids_its_text_cannot_hold() -> None:

@@ -9,7 +9,7 @@ from operator import itemgetter
 
 from checkpointer.errors import CorruptValueError
 from checkpointer.savers.base import history_loop
-from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK, delta_runs_sql, sorts_in_python
+from checkpointer.savers.sql.delta_runs import RUNS_FALLBACK, delta_runs_sql
 from checkpointer.savers.sql.delta_sql import (
     MAX_CHANNELS_PER_QUERY,
     SEED_BASE,
@@ -110,24 +110,25 @@ _KIND_CHANNEL_DEPTH = itemgetter(0, 2, 1)
 
 
 def _row_order(row: Row) -> tuple[object, ...]:
-    """The statements' ORDER BY 1, 2 DESC, 4, 5, 6 for seeds and writes (SQLite's binary
-    collation is Python's order of str): seeds first, writes oldest first, per checkpoint
-    by (task_path, task_id, idx). Seeds have no task columns; their order is free."""
+    """The pointer walk's ORDER BY 1, 2 DESC, 4, 5, 6 for seeds and writes (text compared
+    bytewise in both databases, as Python compares str): seeds first, writes oldest
+    first, per checkpoint by (task_path, task_id, idx). Seeds have no task columns; their
+    order is free."""
     if row[0] != 1:
         return (row[0], -row[1], "", "", 0)
     return (1, -row[1], row[3], row[4], row[5])
 
 
-def order_runs_rows(d: Dialect, rows: Sequence[Row]) -> list[Row]:
-    """The rows of `delta_runs_stmt` in the order `decode_delta_history` reads them,
-    where the statement left them unordered (`sorts_in_python`).
+def order_runs_rows(rows: Sequence[Row]) -> list[Row]:
+    """The rows of `delta_runs_stmt`, which come unordered (`delta_runs_sql`), in the
+    order `decode_delta_history` reads them.
 
     Only the order of one channel's writes matters (seeds are read by channel). One
     stable sort by depth, oldest first, orders them unless two rows of one kind and
     channel share a depth (several writes of a channel pending on one checkpoint, or a
     seed beside a write): then the full order, as the statement's ORDER BY had it."""
     rows = rows if type(rows) is list else list(rows)
-    if not rows or rows[0][0] == RUNS_FALLBACK or not sorts_in_python(d):
+    if not rows or rows[0][0] == RUNS_FALLBACK:
         return rows
     rows.sort(key=_DEPTH, reverse=True)  # stable: equal depths keep their order
     count = len(rows)
@@ -330,7 +331,7 @@ def delta_walk_plan(
     if not records:
         rows = yield delta_runs_stmt(d, config, chunk)
         if not rows or rows[0][0] != RUNS_FALLBACK:
-            return order_runs_rows(d, rows)
+            return order_runs_rows(rows)
     rows = yield delta_history_stmt(d, config, chunk, records=records)
     if rows and rows[0][0] == WALK_BOUND_REACHED:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)

@@ -446,10 +446,7 @@ class SqlPrograms:
                 rows = yield from self._p_read(
                     partial(delta_runs_stmt, config=config, channels=chunk)
                 )
-                if rows and rows[0][0] == RUNS_FALLBACK:
-                    rows = None
-                else:
-                    rows = order_runs_rows(self._dialect, rows)
+                rows = None if rows and rows[0][0] == RUNS_FALLBACK else order_runs_rows(rows)
             if rows is None:
                 stmt = partial(delta_history_stmt, config=config, channels=chunk, records=records)
                 rows = yield from self._p_read(stmt)
