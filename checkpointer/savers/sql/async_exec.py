@@ -18,6 +18,7 @@ from checkpointer.savers.sql.pg_faults import (
     next_attempt,
     pool_exhausted,
 )
+from checkpointer.savers.sql.pg_native import native
 from checkpointer.savers.sql.plan import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.sync_exec import (
     run_sqlite_op,
@@ -239,6 +240,15 @@ class AsyncPostgresExecutor:
         if stmt.script:
             await cur.execute(stmt.sql, prepare=False)
             return []
+        if stmt.params and (converted := native(stmt.sql, stmt.params)) is not None:
+            # A long statement in `$n` form, parsed once (`pg_native`), on a raw cursor.
+            from psycopg import AsyncRawCursor
+            from psycopg.rows import tuple_row
+
+            async with AsyncRawCursor(cur.connection, row_factory=tuple_row) as raw:
+                raw.format = cur.format
+                await raw.execute(*converted, prepare=self._prepare)
+                return list(await raw.fetchall()) if stmt.fetch else []
         await cur.execute(stmt.sql, stmt.params or None, prepare=self._prepare)
         return list(await cur.fetchall()) if stmt.fetch else []
 

@@ -25,6 +25,7 @@ from checkpointer.savers.sql.pg_faults import (
     next_attempt,
     pool_exhausted,
 )
+from checkpointer.savers.sql.pg_native import native
 from checkpointer.savers.sql.plan import Op, Row, StatementHook, Stmt, read_op
 
 T = TypeVar("T")
@@ -336,6 +337,15 @@ class PostgresExecutor:
         if stmt.script:
             cur.execute(stmt.sql, prepare=False)
             return []
+        if stmt.params and (converted := native(stmt.sql, stmt.params)) is not None:
+            # A long statement in `$n` form, parsed once (`pg_native`), on a raw cursor.
+            from psycopg import RawCursor
+            from psycopg.rows import tuple_row
+
+            with RawCursor(cur.connection, row_factory=tuple_row) as raw:
+                raw.format = cur.format
+                raw.execute(*converted, prepare=self._prepare)
+                return raw.fetchall() if stmt.fetch else []
         cur.execute(stmt.sql, stmt.params or None, prepare=self._prepare)
         return cur.fetchall() if stmt.fetch else []
 
