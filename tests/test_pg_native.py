@@ -78,3 +78,71 @@ def test_statements_psycopg_handles_well_are_left_to_it() -> None:
 def test_a_missing_parameter_is_psycopgs_error() -> None:
     with pytest.raises(psycopg.ProgrammingError, match="parameter missing: b"):
         native(LONG + "SELECT %(a)s, %(b)s", {"a": 1})
+
+
+@pytest.mark.parametrize("kind", ["postgres", "async_postgres"])
+def test_a_wide_put_and_many_writes_skip_psycopgs_parse_and_read_back(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint of 16 stored values and a task of 20 writes are statements of more
+    than 50 parameters, which psycopg parses on every call: they go the `$n` way, values
+    in binary as before, and read back exactly."""
+    import asyncio
+
+    from checkpointer.ids import task_id_for
+    from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
+    from checkpointer.savers.sql import async_exec, sync_exec
+    from checkpointer.types import empty_checkpoint, make_config
+    from tests.conftest import drop_schema
+
+    require_postgres()
+    module = sync_exec if kind == "postgres" else async_exec
+    converted: list[str] = []
+
+    def spy(sql: str, params: Any) -> Any:
+        found = native(sql, params)
+        if found is not None:
+            converted.append(sql)
+        return found
+
+    monkeypatch.setattr(module, "native", spy)
+    checkpoint = empty_checkpoint()
+    values = {f"c{i}": {"blob": bytes(range(i, i + 40)), "n": i} for i in range(16)}
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = {channel: "1" for channel in values}
+    writes = [(f"c{i % 16}", [i, bytes([i]) * 30]) for i in range(20)]
+    schema = f"cp_native_{kind}"
+    drop_schema(schema)
+
+    async def run() -> Any:
+        if kind == "postgres":
+            with PostgresSaver.from_conn_string(PG_URL, schema=schema) as saver:
+                config = saver.put(make_config("t"), checkpoint, {}, dict.fromkeys(values, "1"))
+                saver.put_writes(config, writes, task_id_for(0, "n"))
+                return saver.get_tuple(config)
+        async with AsyncPostgresSaver.from_conn_string(PG_URL, schema=schema) as saver:
+            config = await saver.aput(make_config("t"), checkpoint, {}, dict.fromkeys(values, "1"))
+            await saver.aput_writes(config, writes, task_id_for(0, "n"))
+            return await saver.aget_tuple(config)
+
+    try:
+        tup = asyncio.run(run())
+    finally:
+        drop_schema(schema)
+    assert tup.checkpoint["channel_values"] == values
+    assert [(channel, value) for _, channel, value in tup.pending_writes] == writes
+    assert any("INSERT INTO" in sql and "checkpointer_blobs" in sql for sql in converted)
+    assert any("INSERT INTO" in sql and "checkpointer_writes" in sql for sql in converted)
+
+
+def test_bytes_go_in_binary_under_s_as_under_b(conn: psycopg.Connection[Any]) -> None:
+    """The dialect's value cells are `%(name)s::bytea`: psycopg's automatic format must
+    dump bytes as its binary placeholder does (no hex text of every stored value)."""
+    from psycopg.adapt import PyFormat, Transformer
+    from psycopg.pq import Format
+
+    transformer = Transformer(conn)
+    for value in (b"x" * 10, bytearray(b"y"), memoryview(b"z")):
+        automatic = transformer.get_dumper(value, PyFormat.AUTO)
+        assert automatic.format == Format.BINARY
+        assert type(automatic) is type(transformer.get_dumper(value, PyFormat.BINARY))

@@ -174,7 +174,9 @@ def rows_select_text(columns: tuple[tuple[str, str], ...], count: int) -> str:
             cells = []
             for name, kind in columns:
                 key = f"r{i}_{name}"
-                cells.append(f"%({key})b::bytea" if kind == "bytea" else f"%({key})s::{kind}")
+                # Bytes go in binary under `%s` as under `%b` (psycopg's automatic
+                # format); `%s` lets a put of many values skip psycopg's parse (`pg_native`).
+                cells.append(f"%({key})s::{kind}")
             tuples.append("(" + ", ".join(cells) + ")")
         return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({names})"
     arrays = []
