@@ -24,7 +24,8 @@ PSYCOPG_CACHED_BYTES: Final = 4096
 PSYCOPG_CACHED_PARAMS: Final = 50
 """The largest statement psycopg keeps its conversion of (`psycopg._queries`)."""
 
-_PLACEHOLDER: Final = re.compile(r"%(?:\((?P<name>[^)]+)\)s|(?P<other>%|\(|.|$))", re.DOTALL)
+_PLACEHOLDER: Final = re.compile(r"%(?:\((?P<name>[^)]+)\)s|(?P<other>.|$))", re.DOTALL)
+"""`%(name)s`, else `%` and the character after it (`%` for a literal one)."""
 
 
 @lru_cache(maxsize=256)
