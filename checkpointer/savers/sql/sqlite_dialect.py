@@ -57,6 +57,13 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 MULTI_ROW_CHUNK = 100
 """Rows per multi-row INSERT (at most 900 bound parameters, under every SQLite's limit)."""
 
+_INSERT_BLOBS = (
+    f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob) "
+    "SELECT ?1, ?2, v.* FROM (VALUES"
+)
+"""A put's value rows, thread and namespace bound once (see `_multi_row_inserts`)."""
+_BLOBS_TAIL = ") v WHERE true ON CONFLICT DO NOTHING"
+
 ACTIVITY_MEMORY = 4096
 """Threads whose last activity statement a dialect remembers; beyond, it starts afresh."""
 
@@ -291,11 +298,7 @@ class SqliteDialect(Dialect):
 
         def plan() -> Plan[None]:
             # The thread summary's count, bytes and head follow by trigger (revision 0004).
-            yield from self._multi_row_inserts(
-                f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, type, blob)",
-                "ON CONFLICT DO NOTHING",
-                [(thread_id, ns, *b) for b in blobs],
-            )
+            yield from self._multi_row_inserts(_INSERT_BLOBS, _BLOBS_TAIL, blobs, (thread_id, ns))
             for tail in tails:
                 inserted = yield Stmt(
                     self.sql(("put_tail",), _put_tail_sql),
@@ -314,10 +317,7 @@ class SqliteDialect(Dialect):
                 if not inserted:  # its base is not stored (or the row exists: a re-put)
                     whole = whole_row(tail)
                     yield from self._multi_row_inserts(
-                        f"INSERT INTO {BLOBS} (thread_id, checkpoint_ns, channel, version, "
-                        "type, blob)",
-                        "ON CONFLICT DO NOTHING",
-                        [(thread_id, ns, *whole)],
+                        _INSERT_BLOBS, _BLOBS_TAIL, [whole], (thread_id, ns)
                     )
             # Written unless it is new and a stored checkpoint names it as its parent, and
             # on a re-put only if the parent is the stored one (`parents.py`): no row back
@@ -366,28 +366,30 @@ class SqliteDialect(Dialect):
             if replace
             else "DO NOTHING"
         )
-        # Each row takes the seq of its checkpoint, if stored (else the checkpoint's
-        # insert trigger fills it in, revision 0008).
+        # The five key columns every row shares are bound once (?1-?5), each row binds
+        # its own four. Each row takes the seq of its checkpoint, if stored (else the
+        # checkpoint's insert trigger fills it in, revision 0008): an uncorrelated
+        # subquery, so SQLite looks it up once per statement, not once per row.
         insert = (
             f"INSERT INTO {WRITES} (thread_id, checkpoint_ns, checkpoint_id, task_id, "
-            "task_path, idx, channel, type, blob, seq) SELECT v.*, (SELECT c.seq FROM "
-            f"{CHECKPOINTS} c WHERE c.thread_id = v.column1 AND c.checkpoint_ns = v.column2 "
-            "AND c.checkpoint_id = v.column3) FROM (VALUES"
+            "task_path, idx, channel, type, blob, seq) SELECT ?1, ?2, ?3, ?4, ?5, v.*, "
+            f"(SELECT c.seq FROM {CHECKPOINTS} c WHERE c.thread_id = ?1 "
+            "AND c.checkpoint_ns = ?2 AND c.checkpoint_id = ?3) FROM (VALUES"
         )
         on_conflict = (
             ") v WHERE true "
             f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"
         )
-        params = [(thread_id, ns, checkpoint_id, task_id, task_path, *r) for r in rows]
+        shared = (thread_id, ns, checkpoint_id, task_id, task_path)
         activity = self._activity_stmt(thread_id, now)
 
         def plan() -> Plan[None]:
             # The summary's bytes follow by trigger, replaced rows by their size change.
-            yield from self._multi_row_inserts(insert, on_conflict, params)
+            yield from self._multi_row_inserts(insert, on_conflict, rows, shared)
             if activity is not None:
                 yield activity
 
-        if activity is None and len(params) <= MULTI_ROW_CHUNK:
+        if activity is None and len(rows) <= MULTI_ROW_CHUNK:
             return Op(plan(), write=True)  # one statement: atomic without BEGIN/COMMIT
         return Op(plan(), txn=True)
 
@@ -415,10 +417,16 @@ class SqliteDialect(Dialect):
         )
 
     def _multi_row_inserts(
-        self, insert: str, tail: str, rows: list[tuple[Any, ...]]
+        self,
+        insert: str,
+        tail: str,
+        rows: Sequence[tuple[Any, ...]],
+        shared: tuple[Any, ...] = (),
     ) -> Iterator[Stmt]:
         """`insert` VALUES (...), (...) `tail`: one statement per chunk of rows instead of
-        one per row (executemany), far below SQLite's bound-parameter limit."""
+        one per row (executemany), far below SQLite's bound-parameter limit. `shared`:
+        values `insert` names as ?1, ?2, ... once for every row; each row's own `?`s are
+        numbered after them (SQLite numbers a bare `?` one past the largest so far)."""
         for start in range(0, len(rows), MULTI_ROW_CHUNK):
             chunk = rows[start : start + MULTI_ROW_CHUNK]
             width = len(chunk[0])
@@ -430,7 +438,7 @@ class SqliteDialect(Dialect):
                 return f"{insert} VALUES {', '.join([row] * count)} {tail}"
 
             sql = self.sql(("multi_row", insert, tail, len(chunk), width), build)
-            yield Stmt(sql, tuple(chain.from_iterable(chunk)))
+            yield Stmt(sql, (*shared, *chain.from_iterable(chunk)))
 
     def delete_keys(self, table: str, columns: Sequence[str], keys: list[tuple[Any, ...]]) -> Stmt:
         where = " AND ".join(f"{c} = ?" for c in columns)
