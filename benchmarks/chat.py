@@ -33,10 +33,15 @@ DEEP_HISTORY_N = 1000
 
 
 def digest(values: dict[str, Any]) -> tuple[Any, ...]:
-    """What identifies a chat state cheaply: message count, last message id, the two keys."""
+    """What identifies a chat state cheaply: message count, last message id, the two keys
+    (and any other key whole: the `wide` variant's)."""
     messages = values.get("messages") or []
     last = messages[-1].get("id") if messages and isinstance(messages[-1], dict) else None
-    return (len(messages), last, values.get("turn"), values.get("mood"))
+    others = sorted((k, repr(v)) for k, v in values.items() if k not in _CHAT_KEYS)
+    return (len(messages), last, values.get("turn"), values.get("mood"), *others)
+
+
+_CHAT_KEYS = frozenset({"messages", "turn", "mood"})
 
 
 @dataclass

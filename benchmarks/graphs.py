@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import operator
 import random
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, get_type_hints
 
 from langgraph.channels import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 
-VARIANTS: tuple[str, ...] = ("classic", "delta100", "delta_never")
+VARIANTS: tuple[str, ...] = ("classic", "delta100", "delta_never", "wide")
 """`classic`: Annotated[list, operator.add]; `delta100`: DeltaChannel snapshotting every
-100 updates; `delta_never`: a DeltaChannel whose frequency is never reached in N steps."""
+100 updates; `delta_never`: a DeltaChannel whose frequency is never reached in N steps;
+`wide`: delta100 plus `WIDE_KEYS` dict-valued keys, every one of them rewritten at every
+step (an agent with a structured state: a plan, tool results, scores, ...)."""
+
+CHAT_VARIANTS: tuple[str, ...] = ("classic", "delta100", "delta_never")
+"""The variants with only the chat keys (our own runtime's workload runs these)."""
+
+WIDE_KEYS = 16
 
 NEVER = 10**9
 
@@ -66,11 +73,33 @@ class DeltaNeverChat(TypedDict):
     mood: str
 
 
+_WIDE_FIELDS: dict[str, Any] = {
+    **get_type_hints(Delta100Chat, include_extras=True),
+    **{f"k{i}": dict for i in range(WIDE_KEYS)},
+}
+WideChat = TypedDict("WideChat", _WIDE_FIELDS)  # type: ignore[misc]
+
 SCHEMAS: dict[str, type] = {
     "classic": ClassicChat,
     "delta100": Delta100Chat,
     "delta_never": DeltaNeverChat,
+    "wide": WideChat,
 }
+
+
+def wide_values(turn: int) -> dict[str, Any]:
+    """The `wide` variant's keys at `turn`: small dicts of 100-200 bytes, each changed."""
+    return {
+        f"k{i}": {
+            "turn": turn,
+            "key": i,
+            "score": round(turn * 0.37 + i, 3),
+            "status": ("pending", "running", "done")[(turn + i) % 3],
+            "note": f"step {turn} of key {i}: " + "x" * ((turn * 7 + i * 13) % 60),
+            "tags": [f"t{(turn + j) % 9}" for j in range(i % 4 + 1)],
+        }
+        for i in range(WIDE_KEYS)
+    }
 
 
 def _text(rng: random.Random, vocab: tuple[list[str], list[float]], size: int) -> str:
@@ -130,13 +159,16 @@ def chat_builder(variant: str, steps: list[list[dict[str, Any]]]) -> StateGraph:
     """LangGraph graph for `variant`: loops until `turn` reaches len(steps)."""
     n = len(steps)
 
+    wide = variant == "wide"
+
     def chat(state: dict[str, Any]) -> dict[str, Any]:
         turn = state["turn"]
-        return {
+        update = {
             "messages": steps[turn],
             "turn": turn + 1,
             "mood": "fine" if turn % 2 else "ok",
         }
+        return {**update, **wide_values(turn)} if wide else update
 
     def route(state: dict[str, Any]) -> str:
         return END if state["turn"] >= n else "chat"

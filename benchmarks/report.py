@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
+from benchmarks.graphs import VARIANTS
 from benchmarks.results import METRICS, Row
 
 PACKAGES = (
@@ -272,7 +273,7 @@ def summary_table(targeted: list[Row], rows: list[Row] | None = None) -> list[st
             keys[key].setdefault(row.backend, row)
     workloads = ("chat", "floor", "growth", "concurrency", "runtime")
     metric_order = {m: i for i, m in enumerate(METRICS)}
-    variant_order = {v: i for i, v in enumerate(("classic", "delta100", "delta_never"))}
+    variant_order = {v: i for i, v in enumerate(VARIANTS)}
     keys = dict(
         sorted(
             keys.items(),
