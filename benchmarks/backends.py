@@ -59,6 +59,11 @@ class Store:
     closed: bool = field(default=False)
     # Where the data lives: the SQLite file, or the Postgres schema (for the growth cell).
     location: str = ""
+    # Run after a build, before the reads: what the database would have done on its own by
+    # then (PostgreSQL: autovacuum's ANALYZE of the tables the build filled). Without it,
+    # statistics left from an earlier run can plan a read of 1,000 rows as if there were
+    # ten (the reference's delta history took seconds per statement on a wide thread).
+    settle: Callable[[], None] = field(default=lambda: None)
 
     def run(self, sync: Callable[[], T], coro: Callable[[], Awaitable[T]]) -> T:
         if self.loop is None:
@@ -348,6 +353,12 @@ class PgAdmin:
             names = sql.SQL(", ").join(sql.Identifier(schema, t) for t in tables)
             self.conn.execute(sql.SQL("TRUNCATE {}").format(names))
 
+    def analyze(self, schema: str) -> None:
+        from psycopg import sql
+
+        for table in self.data_tables(schema):
+            self.conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
+
     def schema_bytes(self, schema: str) -> int:
         """pg_total_relation_size (heap + TOAST + indexes) of every table in `schema`."""
         row = self.conn.execute(
@@ -433,6 +444,7 @@ class PostgresBackend(Backend):
             lambda: self.admin.schema_bytes(schema),
             conn.close,
             location=schema,
+            settle=lambda: self.admin.analyze(schema),
         )
 
     def cleanup(self) -> None:
@@ -480,6 +492,7 @@ class AsyncPostgresBackend(PostgresBackend):
             lambda: self.admin.schema_bytes(schema),
             lambda: _run(loop, conn.close()),
             location=schema,
+            settle=lambda: self.admin.analyze(schema),
         )
 
 

@@ -215,6 +215,8 @@ def run_chat_cell(backend: Backend, variant: str, n: int, opts: ChatOptions) -> 
                 size = side.store.bytes_on_disk()
                 if size is not None:
                     add("bytes", name, size / MB)
+        for side in sides.values():
+            side.store.settle()
         heads = {
             name: s.store.run(
                 lambda s=s: s.store.checkpointer.get_tuple(s.cfg),

@@ -423,19 +423,18 @@ class SqliteDialect(Dialect):
         rows: Sequence[tuple[Any, ...]],
         shared: tuple[Any, ...] = (),
     ) -> Iterator[Stmt]:
-        """`insert` VALUES (...), (...) `tail`: one statement per chunk of rows instead of
-        one per row (executemany), far below SQLite's bound-parameter limit. `shared`:
-        values `insert` names as ?1, ?2, ... once for every row; each row's own `?`s are
-        numbered after them (SQLite numbers a bare `?` one past the largest so far)."""
+        """`insert` (...), (...) `tail`: one statement per chunk of rows instead of one
+        per row (executemany), far below SQLite's bound-parameter limit. `insert` ends in
+        `FROM (VALUES` and `tail` closes it: `shared` are values `insert` names as ?1,
+        ?2, ... once for every row; each row's own `?`s are numbered after them (SQLite
+        numbers a bare `?` one past the largest so far)."""
         for start in range(0, len(rows), MULTI_ROW_CHUNK):
             chunk = rows[start : start + MULTI_ROW_CHUNK]
             width = len(chunk[0])
 
             def build(count: int = len(chunk), width: int = width) -> str:
                 row = "(" + ", ".join("?" * width) + ")"
-                if insert.endswith("(VALUES"):  # INSERT ... SELECT ... FROM (VALUES ...)
-                    return f"{insert} {', '.join([row] * count)} {tail}"
-                return f"{insert} VALUES {', '.join([row] * count)} {tail}"
+                return f"{insert} {', '.join([row] * count)} {tail}"
 
             sql = self.sql(("multi_row", insert, tail, len(chunk), width), build)
             yield Stmt(sql, (*shared, *chain.from_iterable(chunk)))
