@@ -157,36 +157,7 @@ def counting_cursor_classes() -> tuple[type, type]:
             COUNTER.record(_query_text(query), len(params_seq))
             return await super().executemany(query, params_seq, **kwargs)
 
-    count_raw_cursors()
     return CountingCursor, CountingAsyncCursor
-
-
-def count_raw_cursors() -> None:
-    """Count the statements sent on psycopg's raw cursors too. Our savers send a long
-    statement, converted to `$n` once (`pg_native`), on a raw cursor they make themselves,
-    not through the connection's `cursor_factory`: the raw cursor classes psycopg hands
-    out become counting subclasses (once; the reference never makes raw cursors)."""
-    import psycopg
-
-    if getattr(psycopg.RawCursor, "counts_statements", False):
-        return
-
-    class CountingRawCursor(psycopg.RawCursor):  # type: ignore[type-arg]
-        counts_statements = True
-
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            COUNTER.record(_query_text(query))
-            return super().execute(query, params, **kwargs)
-
-    class CountingAsyncRawCursor(psycopg.AsyncRawCursor):  # type: ignore[type-arg]
-        counts_statements = True
-
-        async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            COUNTER.record(_query_text(query))
-            return await super().execute(query, params, **kwargs)
-
-    psycopg.RawCursor = CountingRawCursor  # type: ignore[misc,assignment]
-    psycopg.AsyncRawCursor = CountingAsyncRawCursor  # type: ignore[misc,assignment]
 
 
 @dataclass

@@ -146,3 +146,61 @@ def test_bytes_go_in_binary_under_s_as_under_b(conn: psycopg.Connection[Any]) ->
         automatic = transformer.get_dumper(value, PyFormat.AUTO)
         assert automatic.format == Format.BINARY
         assert type(automatic) is type(transformer.get_dumper(value, PyFormat.BINARY))
+
+
+@pytest.mark.parametrize("kind", ["postgres", "async_postgres"])
+def test_a_connections_cursor_factory_sees_the_converted_statements(kind: str) -> None:
+    """The `$n` statements run on a raw variant of the connection's own cursor class, so a
+    `cursor_factory` that traces or counts statements sees the delta history's too."""
+    import asyncio
+
+    from checkpointer.ids import task_id_for
+    from checkpointer.savers.postgres import AsyncPostgresSaver, PostgresSaver
+    from checkpointer.types import empty_checkpoint, make_config
+    from tests.conftest import drop_schema
+
+    require_postgres()
+    seen: list[str] = []
+
+    class Tracing(psycopg.Cursor):  # type: ignore[type-arg]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            seen.append(query.decode() if isinstance(query, bytes) else str(query))
+            return super().execute(query, params, **kwargs)
+
+    class AsyncTracing(psycopg.AsyncCursor):  # type: ignore[type-arg]
+        async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            seen.append(query.decode() if isinstance(query, bytes) else str(query))
+            return await super().execute(query, params, **kwargs)
+
+    schema = f"cp_native_trace_{kind}"
+    drop_schema(schema)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_versions"] = {"m": "1"}
+    checkpoint["channel_values"] = {"m": ["x"]}
+    task = task_id_for(0, "n")
+
+    async def run() -> Any:
+        if kind == "postgres":
+            conn = psycopg.connect(PG_URL, autocommit=True, cursor_factory=Tracing)
+            with conn:
+                saver = PostgresSaver(conn, schema=schema)
+                saver.setup()
+                config = saver.put(make_config("t"), checkpoint, {}, {"m": "1"})
+                saver.put_writes(config, [("m", "y")], task)
+                return saver.get_delta_channel_history(config=config, channels=["m"])
+        aconn = await psycopg.AsyncConnection.connect(
+            PG_URL, autocommit=True, cursor_factory=AsyncTracing
+        )
+        async with aconn:
+            asaver = AsyncPostgresSaver(aconn, schema=schema)
+            await asaver.setup()
+            config = await asaver.aput(make_config("t"), checkpoint, {}, {"m": "1"})
+            await asaver.aput_writes(config, [("m", "y")], task)
+            return await asaver.aget_delta_channel_history(config=config, channels=["m"])
+
+    try:
+        asyncio.run(run())
+    finally:
+        drop_schema(schema)
+    long = [q for q in seen if len(q) > PSYCOPG_CACHED_BYTES]
+    assert long and all("$1" in q for q in long), [q[:80] for q in seen]

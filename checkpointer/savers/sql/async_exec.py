@@ -18,7 +18,7 @@ from checkpointer.savers.sql.pg_faults import (
     next_attempt,
     pool_exhausted,
 )
-from checkpointer.savers.sql.pg_native import native
+from checkpointer.savers.sql.pg_native import native, raw_cursor_class
 from checkpointer.savers.sql.plan import Op, Row, StatementHook, Stmt
 from checkpointer.savers.sql.sync_exec import (
     run_sqlite_op,
@@ -242,10 +242,10 @@ class AsyncPostgresExecutor:
             return []
         if stmt.params and (converted := native(stmt.sql, stmt.params)) is not None:
             # A long statement in `$n` form, parsed once (`pg_native`), on a raw cursor.
-            from psycopg import AsyncRawCursor
             from psycopg.rows import tuple_row
 
-            async with AsyncRawCursor(cur.connection, row_factory=tuple_row) as raw:
+            raw_class = raw_cursor_class(type(cur))
+            async with raw_class(cur.connection, row_factory=tuple_row) as raw:
                 raw.format = cur.format
                 await raw.execute(*converted, prepare=self._prepare)
                 return list(await raw.fetchall()) if stmt.fetch else []

@@ -5,9 +5,11 @@ every execute, caching that work only for statements of at most 4,096 bytes and 
 parameters. A delta history statement is 8 KB for one channel and 19 KB for three:
 psycopg parsed it again on every call, 0.1 to 0.25 ms. The executors convert such a text
 once here (the dialect hands out the same string object for a statement it built before,
-so the lookup hashes nothing new) and run it on a raw cursor, which sends a query as it
-is. Shorter statements, and any with a placeholder other than `%(name)s` (`%(name)b` asks
-for binary parameters, which a raw cursor cannot), go through psycopg as before.
+so the lookup hashes nothing new) and run it on a raw variant of the connection's own
+cursor class, which sends a query as it is; a `cursor_factory` (tracing, statement
+counting) sees these statements as it sees the others. Shorter statements, and any with a
+placeholder other than `%(name)s` (`%(name)b` asks for binary parameters, which a raw
+cursor cannot), go through psycopg as before.
 
 The conversion keeps what psycopg would have sent: a name used twice is one parameter, and
 `%%` is a literal `%`.
@@ -69,3 +71,18 @@ def native(sql: str, params: Any) -> tuple[bytes, list[Any]] | None:
         from psycopg import ProgrammingError
 
         raise ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+
+
+_RAW_CLASSES: dict[type, type] = {}
+
+
+def raw_cursor_class(cursor_class: type) -> type:
+    """`cursor_class` (a connection's `cursor_factory`, sync or async) sending its queries
+    as written, as psycopg's `RawCursor` does for its plain cursor (made once per class)."""
+    raw = _RAW_CLASSES.get(cursor_class)
+    if raw is None:
+        from psycopg.raw_cursor import RawCursorMixin
+
+        raw = type(f"Raw{cursor_class.__name__}", (RawCursorMixin, cursor_class), {})
+        _RAW_CLASSES[cursor_class] = raw
+    return raw

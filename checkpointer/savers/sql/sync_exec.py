@@ -25,7 +25,7 @@ from checkpointer.savers.sql.pg_faults import (
     next_attempt,
     pool_exhausted,
 )
-from checkpointer.savers.sql.pg_native import native
+from checkpointer.savers.sql.pg_native import native, raw_cursor_class
 from checkpointer.savers.sql.plan import Op, Row, StatementHook, Stmt, read_op
 
 T = TypeVar("T")
@@ -339,10 +339,9 @@ class PostgresExecutor:
             return []
         if stmt.params and (converted := native(stmt.sql, stmt.params)) is not None:
             # A long statement in `$n` form, parsed once (`pg_native`), on a raw cursor.
-            from psycopg import RawCursor
             from psycopg.rows import tuple_row
 
-            with RawCursor(cur.connection, row_factory=tuple_row) as raw:
+            with raw_cursor_class(type(cur))(cur.connection, row_factory=tuple_row) as raw:
                 raw.format = cur.format
                 raw.execute(*converted, prepare=self._prepare)
                 return raw.fetchall() if stmt.fetch else []
