@@ -16,13 +16,13 @@ from checkpointer.savers.sql.schema import VERSION_TABLE, build_metadata
 
 config = context.config
 schema = config.attributes.get("schema")
-target_metadata = build_metadata(schema)
 
 
 def run_offline() -> None:
+    dialect_name = config.attributes.get("dialect_name", "sqlite")
     context.configure(
-        dialect_name=config.attributes.get("dialect_name", "sqlite"),
-        target_metadata=target_metadata,
+        dialect_name=dialect_name,
+        target_metadata=build_metadata(dialect_name, schema),
         literal_binds=True,
         version_table=VERSION_TABLE,
         version_table_schema=schema,
@@ -36,7 +36,7 @@ def run_online() -> None:
     connection = config.attributes["connection"]
     context.configure(
         connection=connection,
-        target_metadata=target_metadata,
+        target_metadata=build_metadata(connection.dialect.name, schema),
         version_table=VERSION_TABLE,
         version_table_schema=schema,
     )

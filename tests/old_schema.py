@@ -1,13 +1,29 @@
-"""Take a database written by this code back to revision 0007's tables (what 0008 and
-0010 added, dropped again; 0009 only reordered an index): the rows are then what code at
-0007 wrote, to test the upgrade on."""
+"""Take a database written by this code back to an older revision's tables (what later
+revisions added, dropped again; 0009 only reordered an index): the rows are then what code
+at that revision wrote, to test the upgrade on."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
+from alembic import command
+
+from checkpointer.savers.sql.migration import alembic_config, split_statements
 from checkpointer.savers.sql.schema import VERSION_TABLE
+
+
+def back_to_0011(execute: Callable[[str], Any], schema: str | None = None) -> None:
+    """Revision 0012's own downgrade, rendered as SQL (it changes SQLite only)."""
+    dialect = "sqlite" if schema is None else "postgresql"
+    buffer = io.StringIO()
+    cfg = alembic_config(dialect, schema)
+    cfg.output_buffer = buffer
+    command.downgrade(cfg, "0012:0011", sql=True)
+    for sql in split_statements(buffer.getvalue()):
+        execute(sql)
+
 
 UNDO_0008 = [
     "ALTER TABLE {s}checkpointer_blobs DROP COLUMN base_version",  # 0010
@@ -24,6 +40,7 @@ UNDO_0008 = [
 def back_to_0007(execute: Callable[[str], Any], schema: str | None = None) -> None:
     """Run through `execute` (one SQL text at a time); `schema`: PostgreSQL's."""
     prefix = "" if schema is None else f'"{schema}".'
+    back_to_0011(execute, schema)
     for sql in UNDO_0008:
         if "TRIGGER" in sql and schema is not None:
             continue

@@ -23,6 +23,7 @@ from checkpointer.savers.sql.schema import SCHEMA_REVISION, VERSION_TABLE
 from checkpointer.savers.sqlite import SqliteSaver
 from tests.conftest import PG_URL, drop_schema, require_postgres
 from tests.lg_graphs import ChatFew, chat_graph, observe
+from tests.old_schema import back_to_0011
 
 TURNS = 45
 """ChatFew snapshots every 3 steps: 15 snapshots of a list that outgrows a tail's base."""
@@ -173,6 +174,7 @@ def test_upgrade_from_0010_reads_whole_snapshots_and_goes_on_with_tails(
             with open_saver() as saver:
                 assert _run(LangGraphSaver(saver), "chat") == want_before
         assert execute(f"SELECT count(*) FROM {blobs} WHERE base_version IS NOT NULL") == [(0,)]
+        back_to_0011(execute, None if kind == "sqlite" else schema)
         execute(f"UPDATE {table} SET version_num = '0010'")
 
         with open_saver() as saver:  # from_conn_string sets up: the upgrade

@@ -140,7 +140,7 @@ def test_sqlite_schema_matches_metadata(tmp_path: Path) -> None:
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"include_object": _not_version_table})
-        diff = compare_metadata(context, build_metadata())
+        diff = compare_metadata(context, build_metadata("sqlite"))
     engine.dispose()
     assert diff == []
 
@@ -275,7 +275,7 @@ def test_pg_schema_matches_metadata(pg_url: str, pg_schema: str) -> None:
                     ),
                 },
             )
-            diff = compare_metadata(context, build_metadata(pg_schema))
+            diff = compare_metadata(context, build_metadata("postgresql", pg_schema))
     finally:
         engine.dispose()
     assert diff == []
@@ -480,11 +480,12 @@ def test_sqlite_upgrade_to_0004_hands_summaries_to_triggers(tmp_path: Path) -> N
         _sqlite_at_revision(conn, "0003")
         _write_threads_at_0001(conn.execute, "?")
         for stmt in refresh_summaries_stmts(SqliteDialect(), ["old-thread-2"], datetime.now(UTC)):
-            conn.execute(stmt.sql, stmt.params)  # what 0003's writes had kept up to date
+            if "checkpointer_stored_channels" not in stmt.sql:  # a table of 0012
+                conn.execute(stmt.sql, stmt.params)  # what 0003's writes had kept up to date
         assert _triggers(conn) == []
     migrate(f"sqlite:///{path}")
     with sqlite3.connect(path) as conn:
-        assert len(_triggers(conn)) == 7  # 0004's six, 0008's one
+        assert len(_triggers(conn)) == 8  # 0004's six, 0008's one, 0012's one
     with SqliteSaver.from_conn_string(path, setup=False) as saver:
         [before] = saver.list_threads(thread_ids=["old-thread-2"])
         tup = saver.get_tuple(make_config("old-thread-2"))

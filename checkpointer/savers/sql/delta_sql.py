@@ -106,8 +106,10 @@ def stored_at(d: Dialect, record: str, i: int) -> str:
     # is parsed (the test does not depend on the ancestor, so it runs once). Otherwise
     # the parse and one primary-key probe per ancestor: measured cheaper than any
     # string prefilter over the channel's stored versions (README, "Delta history").
+    # Where the value rows are keyed version first, a small table lists the channels.
+    listed = d.stored_channels or d.blobs
     any_stored = (
-        f"EXISTS (SELECT 1 FROM {d.blobs} sv WHERE {in_namespace(d, 'sv')} AND sv.channel = {ch})"
+        f"EXISTS (SELECT 1 FROM {listed} sv WHERE {in_namespace(d, 'sv')} AND sv.channel = {ch})"
     )
     # An unparsed record still fails the statement when damaged, as the parse would
     # have, so that the guarded retry names it.

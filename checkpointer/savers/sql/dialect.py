@@ -23,6 +23,9 @@ class Dialect:
     blobs: str = ""
     writes: str = ""
     threads: str = ""
+    stored_channels: str | None = None
+    """A table of (thread_id, checkpoint_ns, channel) listing the channels with value rows,
+    where the value rows' key cannot answer that by a seek (SQLite, revision 0012)."""
     row_key: str | None = None
     """A column that tells a table's rows apart within one statement and sorts as nothing
     in particular (SQLite's rowid): `list` pages number their checkpoints by it and order

@@ -19,9 +19,10 @@ CHECKPOINTS = "checkpointer_checkpoints"
 BLOBS = "checkpointer_blobs"
 WRITES = "checkpointer_writes"
 THREADS = "checkpointer_threads"
+STORED_CHANNELS = "checkpointer_stored_channels"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
 KNOWN_REVISIONS: tuple[str, ...] = (
@@ -36,6 +37,7 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0009",
     "0010",
     "0011",
+    "0012",
 )
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
@@ -70,8 +72,22 @@ def timestamp() -> sa.types.TypeEngine[str]:
     return sa.Text().with_variant(postgresql.TIMESTAMP(timezone=True), "postgresql")
 
 
-def build_metadata(schema: str | None = None) -> sa.MetaData:
-    """The tables, optionally inside a PostgreSQL schema (SQLite has none)."""
+def blobs_key(dialect: str) -> tuple[str, ...]:
+    """The value rows' primary key. On SQLite the version comes before the channel
+    (revision 0012): LangGraph gives every channel a step updates the same new version, so
+    a step's rows share one leaf of the key instead of dirtying a leaf (and writing a WAL
+    page) per channel. PostgreSQL logs index entries, not pages, and keeps the channel
+    first."""
+    if dialect == "sqlite":
+        return ("thread_id", "checkpoint_ns", "version", "channel")
+    return ("thread_id", "checkpoint_ns", "channel", "version")
+
+
+def build_metadata(dialect: str, schema: str | None = None) -> sa.MetaData:
+    """The tables of `dialect` ("sqlite" or "postgresql"), optionally inside a PostgreSQL
+    schema (SQLite has none)."""
+    if dialect not in ("sqlite", "postgresql"):
+        raise ConfigError(f"unknown SQL dialect {dialect!r}: expected 'sqlite' or 'postgresql'")
     metadata = sa.MetaData(schema=schema)
     sa.Table(
         CHECKPOINTS,
@@ -126,10 +142,26 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         # channel whose list the value continues (0011: or the list inside its marker,
         # a delta snapshot); NULL for a whole value.
         sa.Column("base_version", key_text(), nullable=True),
-        sa.PrimaryKeyConstraint(
-            "thread_id", "checkpoint_ns", "channel", "version", name=f"{BLOBS}_pkey"
-        ),
+        sa.PrimaryKeyConstraint(*blobs_key(dialect), name=f"{BLOBS}_pkey"),
     )
+    if dialect == "sqlite":
+        # The channels of a namespace that have any value row, kept by an insert trigger
+        # on the value rows (revision 0012). The delta history asks "does this channel
+        # have a value row at all?" before it parses any ancestor's record; with the
+        # version-first key above that would be a scan of the namespace's value rows.
+        # Deletes leave a channel listed (which only costs that parse); deleting a thread,
+        # or the last value row of a thread, clears the thread's rows.
+        sa.Table(
+            STORED_CHANNELS,
+            metadata,
+            sa.Column("thread_id", key_text(), nullable=False),
+            sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+            sa.Column("channel", key_text(), nullable=False),
+            sa.PrimaryKeyConstraint(
+                "thread_id", "checkpoint_ns", "channel", name=f"{STORED_CHANNELS}_pkey"
+            ),
+            sqlite_with_rowid=False,
+        )
     sa.Table(
         WRITES,
         metadata,
@@ -198,9 +230,6 @@ def build_metadata(schema: str | None = None) -> sa.MetaData:
         sa.Index(f"{THREADS}_expires_at_idx", "expires_at"),
     )
     return metadata
-
-
-metadata = build_metadata()
 
 
 def quote_ident(name: str) -> str:

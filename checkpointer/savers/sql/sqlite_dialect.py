@@ -16,7 +16,14 @@ from checkpointer.savers.sql.dialect import Dialect
 from checkpointer.savers.sql.migration import plan_upgrade
 from checkpointer.savers.sql.parents import new_checkpoint_allowed, refused_put_plan
 from checkpointer.savers.sql.plan import Op, Plan, Stmt, each
-from checkpointer.savers.sql.schema import BLOBS, CHECKPOINTS, THREADS, VERSION_TABLE, WRITES
+from checkpointer.savers.sql.schema import (
+    BLOBS,
+    CHECKPOINTS,
+    STORED_CHANNELS,
+    THREADS,
+    VERSION_TABLE,
+    WRITES,
+)
 from checkpointer.savers.sql.summaries import SUMMARY_CLOCK_SECONDS, refresh_summaries_stmts
 from checkpointer.savers.sql.tails import TAILS_KEY, TailRow, whole_row
 
@@ -87,6 +94,7 @@ class SqliteDialect(Dialect):
     blobs = BLOBS
     writes = WRITES
     threads = THREADS
+    stored_channels = STORED_CHANNELS
 
     def __init__(self, where: str = "SQLite database") -> None:
         self._where = where
@@ -445,7 +453,7 @@ class SqliteDialect(Dialect):
 
     def delete_thread_plan(self, thread_id: str) -> Op[None]:
         def plan() -> Plan[None]:
-            for table in (CHECKPOINTS, WRITES, BLOBS, THREADS):
+            for table in (CHECKPOINTS, WRITES, BLOBS, STORED_CHANNELS, THREADS):
                 yield Stmt(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
         return Op(plan(), txn=True)

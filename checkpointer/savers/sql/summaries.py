@@ -89,10 +89,21 @@ def refresh_summaries_stmts(d: Dialect, thread_ids: Sequence[str], now: datetime
         f"DELETE FROM {d.threads} WHERE {d.in_list('thread_id', 'threads')} "
         "AND checkpoint_count = 0 AND bytes = 0 AND ttl_seconds IS NULL"
     )
-    return [
+    stmts = [
         Stmt(d.sql(("refresh_summaries",), build), params),
         Stmt(cleanup, {"threads": params["threads"]}),
     ]
+    if d.stored_channels is not None:
+        # A thread left without value rows lists no channel (see `schema.STORED_CHANNELS`).
+        listed = d.stored_channels
+        stmts.append(
+            Stmt(
+                f"DELETE FROM {listed} WHERE {d.in_list('thread_id', 'threads')} AND NOT "
+                f"EXISTS (SELECT 1 FROM {d.blobs} b WHERE b.thread_id = {listed}.thread_id)",
+                {"threads": params["threads"]},
+            )
+        )
+    return stmts
 
 
 def refresh_summaries_plan(d: Dialect, thread_ids: Sequence[str]) -> Plan[None]:
