@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -143,3 +144,44 @@ def test_channel_table_follows_values_through_copies_and_deletes(tmp_path: Path)
         assert _run(lg, "a") == want
         assert _listed(path) == _with_values(path)
         assert ("a", "", "messages") in _listed(path)
+
+
+def test_sqlite_reads_find_value_rows_by_their_whole_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read statement reaches a value row by its whole primary key, never by a
+    range of the namespace's rows (a whole-thread `list` once weighed the head's values
+    through such a scan, twice per call)."""
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    path = tmp_path / "plans.db"
+    with SqliteSaver.from_conn_string(path) as saver:
+        lg = LangGraphSaver(saver)
+        _run(lg, "t")
+        monkeypatch.setattr(sqlite3, "connect", traced)
+        saver.close()
+    with SqliteSaver.from_conn_string(path) as saver:
+        config: Any = {"configurable": {"thread_id": "t"}}
+        head = saver.get_tuple(config)
+        assert head is not None
+        list(saver.list(config))
+        list(saver.list(config, limit=3))
+        saver.get_delta_channel_history(config=head.config, channels=["messages"])
+        graph = chat_graph(ChatFew, TURNS).compile(checkpointer=LangGraphSaver(saver))
+        observe(graph, config)
+    monkeypatch.undo()
+    reads = [s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+    assert any("checkpointer_blobs" in s for s in reads)
+    value_key = "(thread_id=? AND checkpoint_ns=? AND version=? AND channel=?)"
+    with sqlite3.connect(path) as conn:
+        for sql in reads:
+            for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"):
+                step = row[3]
+                if "sqlite_autoindex_checkpointer_blobs" in step or " checkpointer_blobs" in step:
+                    assert value_key in step, (step, sql)

@@ -231,11 +231,18 @@ def list_page_stmt(
         if whole_thread:
             # What one checkpoint weighs: the thread's average, or what its head's values
             # weigh if more (a value every checkpoint shares counts in every one).
+            # The head's values by primary key, one per channel: as a plain join, SQLite
+            # chose to scan the namespace's value rows instead.
+            value = d.lookup(
+                d.blobs,
+                "hb",
+                "hb.blob",
+                "hb.thread_id = h.thread_id AND hb.checkpoint_ns = h.checkpoint_ns AND "
+                f"hb.channel = hv.key AND hb.version = {d.versions_value('hv')}",
+            )
             head = (
                 f"(SELECT coalesce(sum({d.size('hb.blob')}), 0) FROM {d.checkpoints} h "
-                f"{d.versions_join('h.checkpoint', 'hv')} JOIN {d.blobs} hb ON "
-                "hb.thread_id = h.thread_id AND hb.checkpoint_ns = h.checkpoint_ns AND "
-                f"hb.channel = hv.key AND hb.version = {d.versions_value('hv')} WHERE "
+                f"{d.versions_join('h.checkpoint', 'hv')} {value} WHERE "
                 f"h.thread_id = {d.p('thread_id')} AND h.checkpoint_ns = '' AND "
                 "h.checkpoint_id = s.head_checkpoint_id)"
             )
