@@ -318,6 +318,22 @@ def test_listings_read_through_the_cache_without_adding() -> None:
     assert listed == first and listed is not first and cache.hits == 1
 
 
+def test_small_uncompressed_values_skip_the_cache() -> None:
+    """A small value stored uncompressed has nothing to undo and is too small to keep
+    decoded: it is decoded directly, without a lookup, and nothing is kept for it."""
+    cache = ValueCache(1 << 22)
+    fast = _fast(SERDE)
+    small = SERDE.dumps_typed({"plan": ["a", "b"], "score": 3})
+    assert not small[0].endswith("+zstd")
+    for keep in (True, False, True):
+        got = cache.load(small, "t", "", "k", "1", fast, keep)
+        assert got == {"plan": ["a", "b"], "score": 3}
+    assert (cache.hits, cache.misses, len(cache)) == (0, 0, 0)
+    large = SERDE.dumps_typed(_messages(40))  # compressed: looked up and kept
+    cache.load(large, "t", "", "m", "1", fast)
+    assert (cache.misses, len(cache)) == (1, 1)
+
+
 def test_decoded_value_never_served_for_other_bytes() -> None:
     cache = ValueCache(1 << 22)
     fast = _fast(SERDE)

@@ -166,7 +166,9 @@ class ValueCache:
         what `_load_plain` returns, which is how a value is decided to be kept. Errors are
         `fast`'s: the caller reads a value that fails again its usual way."""
         tag, raw = data
-        if not self._max:
+        if not self._max or (len(raw) < _DECODED_MIN_BYTES and not is_compressed(tag)):
+            # Nothing to undo and too small to keep decoded: never an entry to look up
+            # (a wide state's dozens of small values per checkpoint).
             return fast(data)
         key = (thread_id, checkpoint_ns, channel, version)
         entry = self._lookup(key, tag, raw)
