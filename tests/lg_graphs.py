@@ -153,6 +153,17 @@ def observe(graph: Any, config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def run_chat_few(
+    saver: Any, thread_id: str, opening: Any, turns: int, start: int = 0
+) -> dict[str, Any]:
+    """A ChatFew thread run (or, with `start`, continued) to `turns`, then observed.
+    `opening` is the first message of a new thread."""
+    graph = chat_graph(ChatFew, turns).compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": thread_id}}
+    graph.invoke({"messages": [opening], "turn": 0} if start == 0 else {"turn": start}, config)
+    return observe(graph, config)
+
+
 Scenario = Callable[[BaseCheckpointSaver], dict[str, Any]]
 
 

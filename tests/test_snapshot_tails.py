@@ -22,7 +22,7 @@ from checkpointer.savers.sql import puts
 from checkpointer.savers.sql.schema import SCHEMA_REVISION, VERSION_TABLE
 from checkpointer.savers.sqlite import SqliteSaver
 from tests.conftest import PG_URL, drop_schema, require_postgres
-from tests.lg_graphs import ChatFew, chat_graph, observe
+from tests.lg_graphs import ChatFew, chat_graph, observe, run_chat_few
 from tests.old_schema import back_to_0011
 
 TURNS = 45
@@ -33,11 +33,7 @@ OPENING = HumanMessage(content="opening " * 700, id="open")
 
 
 def _run(saver: Any, thread_id: str, turns: int = TURNS, start: int = 0) -> dict[str, Any]:
-    graph = chat_graph(ChatFew, turns).compile(checkpointer=saver)
-    config: Any = {"configurable": {"thread_id": thread_id}}
-    first = {"messages": [OPENING], "turn": start} if start == 0 else {"turn": start}
-    graph.invoke(first, config)
-    return observe(graph, config)
+    return run_chat_few(saver, thread_id, OPENING, turns, start)
 
 
 async def _arun(saver: Any, thread_id: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from checkpointer.langgraph import LangGraphSaver
 from checkpointer.savers.sql.schema import SCHEMA_REVISION, VERSION_TABLE
 from checkpointer.savers.sqlite import SqliteSaver
-from tests.lg_graphs import ChatFew, chat_graph, observe, scenario_subgraph
+from tests.lg_graphs import ChatFew, chat_graph, observe, run_chat_few, scenario_subgraph
 from tests.old_schema import back_to_0011
 
 TURNS = 12
@@ -23,11 +23,7 @@ TURNS = 12
 
 
 def _run(saver: Any, thread_id: str, turns: int = TURNS, start: int = 0) -> dict[str, Any]:
-    graph = chat_graph(ChatFew, turns).compile(checkpointer=saver)
-    config: Any = {"configurable": {"thread_id": thread_id}}
-    first = {"messages": [HumanMessage(content="hi", id="h")], "turn": start}
-    graph.invoke(first if start == 0 else {"turn": start}, config)
-    return observe(graph, config)
+    return run_chat_few(saver, thread_id, HumanMessage(content="hi", id="h"), turns, start)
 
 
 def _query(path: Path, sql: str) -> list[tuple[Any, ...]]:
