@@ -11,18 +11,24 @@ from typing import Any
 from alembic import command
 
 from checkpointer.savers.sql.migration import alembic_config, split_statements
-from checkpointer.savers.sql.schema import VERSION_TABLE
+from checkpointer.savers.sql.schema import SCHEMA_REVISION, VERSION_TABLE
 
 
-def back_to_0011(execute: Callable[[str], Any], schema: str | None = None) -> None:
-    """Revision 0012's own downgrade, rendered as SQL (it changes SQLite only)."""
+def back_to(revision: str, execute: Callable[[str], Any], schema: str | None = None) -> None:
+    """The downgrades from this code's revision to `revision`, each migration's own,
+    rendered as SQL and run through `execute`."""
     dialect = "sqlite" if schema is None else "postgresql"
     buffer = io.StringIO()
     cfg = alembic_config(dialect, schema)
     cfg.output_buffer = buffer
-    command.downgrade(cfg, "0012:0011", sql=True)
+    command.downgrade(cfg, f"{SCHEMA_REVISION}:{revision}", sql=True)
     for sql in split_statements(buffer.getvalue()):
         execute(sql)
+
+
+def back_to_0011(execute: Callable[[str], Any], schema: str | None = None) -> None:
+    """Revisions 0013 and 0012 undone (they change SQLite only)."""
+    back_to("0011", execute, schema)
 
 
 UNDO_0008 = [

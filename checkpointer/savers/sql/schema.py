@@ -22,7 +22,7 @@ THREADS = "checkpointer_threads"
 STORED_CHANNELS = "checkpointer_stored_channels"
 VERSION_TABLE = "checkpointer_schema_version"
 
-SCHEMA_REVISION = "0012"
+SCHEMA_REVISION = "0013"
 """The Alembic revision this code reads and writes; `setup()` migrates a database to it."""
 
 KNOWN_REVISIONS: tuple[str, ...] = (
@@ -38,6 +38,7 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0010",
     "0011",
     "0012",
+    "0013",
 )
 """Every revision this code knows, oldest first; a database at any other one is newer."""
 
