@@ -84,6 +84,15 @@ def blobs_key(dialect: str) -> tuple[str, ...]:
     return ("thread_id", "checkpoint_ns", "channel", "version")
 
 
+def namespace_columns() -> tuple[sa.Column[str], sa.Column[str]]:
+    """(thread_id, checkpoint_ns): the leading key columns of every per-namespace table,
+    new objects for each table (SQLAlchemy binds a column to one table)."""
+    return (
+        sa.Column("thread_id", key_text(), nullable=False),
+        sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+    )
+
+
 def build_metadata(dialect: str, schema: str | None = None) -> sa.MetaData:
     """The tables of `dialect` ("sqlite" or "postgresql"), optionally inside a PostgreSQL
     schema (SQLite has none)."""
@@ -93,8 +102,7 @@ def build_metadata(dialect: str, schema: str | None = None) -> sa.MetaData:
     sa.Table(
         CHECKPOINTS,
         metadata,
-        sa.Column("thread_id", key_text(), nullable=False),
-        sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+        *namespace_columns(),
         sa.Column("checkpoint_id", key_text(), nullable=False),
         sa.Column("parent_checkpoint_id", key_text(), nullable=True),
         # metadata["run_id"] as a column, so delete_for_runs finds runs by index.
@@ -133,8 +141,7 @@ def build_metadata(dialect: str, schema: str | None = None) -> sa.MetaData:
     sa.Table(
         BLOBS,
         metadata,
-        sa.Column("thread_id", key_text(), nullable=False),
-        sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+        *namespace_columns(),
         sa.Column("channel", key_text(), nullable=False),
         sa.Column("version", key_text(), nullable=False),
         sa.Column("type", sa.Text(), nullable=False),
@@ -155,8 +162,7 @@ def build_metadata(dialect: str, schema: str | None = None) -> sa.MetaData:
         sa.Table(
             STORED_CHANNELS,
             metadata,
-            sa.Column("thread_id", key_text(), nullable=False),
-            sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+            *namespace_columns(),
             sa.Column("channel", key_text(), nullable=False),
             sa.PrimaryKeyConstraint(
                 "thread_id", "checkpoint_ns", "channel", name=f"{STORED_CHANNELS}_pkey"
@@ -166,8 +172,7 @@ def build_metadata(dialect: str, schema: str | None = None) -> sa.MetaData:
     sa.Table(
         WRITES,
         metadata,
-        sa.Column("thread_id", key_text(), nullable=False),
-        sa.Column("checkpoint_ns", key_text(), nullable=False, server_default=""),
+        *namespace_columns(),
         sa.Column("checkpoint_id", key_text(), nullable=False),
         sa.Column("task_id", task_id_type(), nullable=False),
         sa.Column("idx", sa.Integer(), nullable=False),
