@@ -251,8 +251,16 @@ def _with_sends(
     return tup
 
 
-def _stored_checkpoint(checkpoint: LangGraphCheckpoint) -> Any:
-    stored = dict(checkpoint)
+def _stored_checkpoint(
+    checkpoint: LangGraphCheckpoint, new_versions: ChannelVersions, next_version: Any
+) -> tuple[Any, ChannelVersions]:
+    """The checkpoint as our savers store it, and the versions to store values at. An
+    empty `pending_sends` (LangGraph's `empty_checkpoint()`) is kept, as its savers keep
+    it; the sends of an older format are moved into the `TASKS` channel at put, as
+    LangGraph moves them when it reads such a checkpoint (`Pregel._migrate_checkpoint`, at
+    the newest version; `next_version(None)` when there is none), so no saver loses them
+    (the SQL savers' records are JSON, which a `Send` is not)."""
+    stored: dict[str, Any] = dict(checkpoint)
     values = checkpoint["channel_values"]
     for value in values.values():  # a loop, not any(<generator>): every step puts
         if isinstance(value, _CONVERTED_ON_PUT):
@@ -261,8 +269,16 @@ def _stored_checkpoint(checkpoint: LangGraphCheckpoint) -> Any:
     else:
         stored["channel_values"] = dict(values)
     stored.setdefault("updated_channels", None)
-    stored.pop("pending_sends", None)
-    return stored
+    sends = stored.get("pending_sends")
+    version = stored.get("v")
+    if sends and type(version) is int and version < SENDS_IN_CHANNEL_FORMAT:
+        versions = dict(stored["channel_versions"])
+        del stored["pending_sends"]
+        versions[TASKS] = max(versions.values()) if versions else next_version(None)
+        stored["channel_versions"] = versions
+        stored["channel_values"][TASKS] = [_stored_value(send) for send in sends]
+        new_versions = {**new_versions, TASKS: versions[TASKS]}
+    return stored, new_versions
 
 
 def _stored_writes(writes: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -562,7 +578,8 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         metadata: LangGraphMetadata,
         new_versions: ChannelVersions,
     ) -> Any:
-        stored, meta = _stored_checkpoint(checkpoint), run_metadata(config, metadata)
+        stored, new_versions = _stored_checkpoint(checkpoint, new_versions, self.get_next_version)
+        meta = run_metadata(config, metadata)
         try:
             return self.saver.put(config, stored, meta, new_versions)
         except ParentMismatchError as err:  # a re-put keeps its parent, see `_under_parent`
@@ -627,7 +644,8 @@ class LangGraphSaver(LangGraphBaseSaver[str]):
         metadata: LangGraphMetadata,
         new_versions: ChannelVersions,
     ) -> Any:
-        stored, meta = _stored_checkpoint(checkpoint), run_metadata(config, metadata)
+        stored, new_versions = _stored_checkpoint(checkpoint, new_versions, self.get_next_version)
+        meta = run_metadata(config, metadata)
         try:
             return await self.saver.aput(config, stored, meta, new_versions)
         except ParentMismatchError as err:  # a re-put keeps its parent, see `_under_parent`

@@ -258,6 +258,70 @@ async def test_a_stored_none_gives_no_seed_through_the_adapter(lg_saver: Any) ->
     assert [w[2] for w in adapted["items"]["writes"]] == [w[2] for w in ours["items"]["writes"]]
 
 
+# ------------------------------------------------------------- old-format sends
+class Fan(TypedDict):
+    items: Annotated[list[str], operator.add]
+
+
+def _fan_graph(checkpointer: Any) -> Any:
+    builder = StateGraph(Fan)
+    builder.add_node("worker", lambda state: {"items": [f"done {state['items'][0]}"]})
+    builder.add_edge(START, "worker")
+    builder.add_edge("worker", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def _resume_old_sends(checkpointer: Any) -> Any:
+    """A checkpoint of LangGraph's format 2, its `Send`s in `pending_sends` (as savers of
+    that era stored them), put and then resumed: the sends must run."""
+    from langgraph.checkpoint.base import empty_checkpoint as lg_empty_checkpoint
+    from langgraph.types import Send
+
+    graph = _fan_graph(checkpointer)
+    thread = f"old-sends-{uuid.uuid4().hex[:8]}"
+    version = checkpointer.get_next_version(None, None)
+    checkpoint = lg_empty_checkpoint()
+    checkpoint["v"] = 2
+    checkpoint["channel_values"] = {"items": ["start"]}
+    checkpoint["channel_versions"] = {"items": version}
+    checkpoint["pending_sends"] = [
+        Send("worker", {"items": ["a"]}),
+        Send("worker", {"items": ["b"]}),
+    ]
+    config = checkpointer.put(
+        {"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+        checkpoint,
+        {"source": "loop", "step": 0, "parents": {}},
+        {"items": version},
+    )
+    before = graph.get_state(config)
+    graph.invoke(None, {"configurable": {"thread_id": thread}})
+    after = graph.get_state({"configurable": {"thread_id": thread}})
+    return before.next, sorted(before.values["items"]), sorted(after.values["items"]), after.next
+
+
+async def test_old_format_pending_sends_resume_as_on_langgraph_saver(lg_saver: Any) -> None:
+    before_next, before, after, after_next = await same_as_reference(_resume_old_sends, lg_saver)
+    assert before_next == ("worker", "worker") and before == ["start"]  # not vacuous
+    assert after == ["done a", "done b", "start"] and after_next == ()
+
+
+async def test_an_empty_pending_sends_reads_back_as_put(lg_saver: Any) -> None:
+    """LangGraph's `empty_checkpoint()` carries `pending_sends: []`; its savers keep it."""
+    from langgraph.checkpoint.base import empty_checkpoint as lg_empty_checkpoint
+
+    def scenario(checkpointer: Any) -> Any:
+        checkpoint = lg_empty_checkpoint()
+        checkpoint["id"] = "1ef4f797-8335-6428-8001-8a1503f9b875"
+        checkpoint["ts"] = "2024-05-04T06:32:42.235444+00:00"
+        config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}", "checkpoint_ns": ""}}
+        checkpointer.put(config, checkpoint, {"source": "input", "step": -1}, {})
+        return checkpointer.get_tuple(config).checkpoint
+
+    checkpoint = await same_as_reference(scenario, lg_saver)
+    assert checkpoint["pending_sends"] == []
+
+
 # ------------------------------------------------------------------------ lifecycle
 def _run_graph(checkpointer: Any, thread: str) -> Any:
     graph = two_steps(checkpointer)
