@@ -17,6 +17,7 @@ namespaces (the in-memory saver groups by namespace, the SQL savers sort by id).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from checkpointer.langgraph import LangGraphSaver
 from tests.conftest import PG_URL, drop_schema, require_postgres
 from tests.test_fuzz import example_settings
 
-KINDS = ("memory", "sqlite", "postgres")
+KINDS = ("memory", "sqlite", "async_sqlite", "postgres", "async_postgres")
 CHANNELS = ("messages", "count", "note", "items")
 NAMESPACES = ("", "inner:6f1c3d2e-0000-4000-8000-000000000001")
 SPECIAL = ("__error__", "__interrupt__", "__resume__", "__scheduled__")
@@ -124,6 +125,13 @@ list_op = st.tuples(
     st.one_of(st.none(), st.integers(1, 4)),  # limit
 )
 delete_op = st.tuples(st.just("delete_thread"), st.integers(0, THREADS - 1))
+early_op = st.tuples(
+    st.just("early_writes"),
+    st.integers(0, THREADS - 1),
+    st.sampled_from(NAMESPACES),
+    st.integers(0, 3),  # which task
+    st.lists(st.tuples(st.sampled_from(CHANNELS), values), min_size=1, max_size=2),
+)
 reput_op = st.tuples(
     st.just("reput"),
     st.integers(0, 10**6),  # which stored checkpoint
@@ -138,7 +146,7 @@ delta_op = st.tuples(
 programs = st.lists(
     st.one_of(
         put_op, put_op, put_op, writes_op, writes_op, tuple_op, list_op, list_op,
-        delete_op, reput_op, delta_op, delta_op,
+        delete_op, reput_op, delta_op, delta_op, early_op,
     ),
     min_size=1,
     max_size=40,
@@ -167,6 +175,8 @@ class Program:
         default_factory=dict
     )
     stored: list[tuple[str, str, str]] = field(default_factory=list)
+    # The id the next put of a (thread, namespace) takes: writes were put to it first.
+    reserved: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def thread(self, i: int) -> str:
         return f"{self.prefix}-{i}"
@@ -239,7 +249,9 @@ def _put(program: Program, op: tuple[Any, ...]) -> None:
         else:
             values[channel] = value
     checkpoint = empty_checkpoint()
-    checkpoint_id = str(uuid6(clock_seq=len(program.stored)))
+    checkpoint_id = program.reserved.pop((thread, ns), None) or str(
+        uuid6(clock_seq=len(program.stored))
+    )
     checkpoint.update(
         id=checkpoint_id,
         ts=datetime.now(UTC).isoformat(),
@@ -272,6 +284,19 @@ def _put_writes(program: Program, op: tuple[Any, ...]) -> None:
         return
     task_id = str(uuid.UUID(int=task + 1, version=4))
     _both(program, "put_writes", _config(*target), writes, task_id, f"~path{task}")
+
+
+def _early_writes(program: Program, op: tuple[Any, ...]) -> None:
+    """Writes to the checkpoint the next put will store (LangGraph's background puts can
+    land after the step's writes): they must be its pending writes once it is put."""
+    _, t, ns, task, writes = op
+    thread = program.thread(t)
+    checkpoint_id = program.reserved.setdefault(
+        (thread, ns), str(uuid6(clock_seq=len(program.stored)))
+    )
+    task_id = str(uuid.UUID(int=task + 1, version=4))
+    config = _config(thread, ns, checkpoint_id)
+    _both(program, "put_writes", config, writes, task_id, f"~path{task}")
 
 
 def _read_tuple(program: Program, op: tuple[Any, ...]) -> None:
@@ -363,17 +388,55 @@ RUNNERS = {
     "get_tuple": _read_tuple,
     "list": _list,
     "delete_thread": _delete_thread,
+    "early_writes": _early_writes,
     "reput": _reput,
     "delta": _delta,
 }
 
 
+class AsyncSide:
+    """An async saver behind the adapter, called through its async API (`aput`, `alist`,
+    ...) on the loop it was opened on, under the sync names the programs use."""
+
+    def __init__(self, adapter: LangGraphSaver, loop: asyncio.AbstractEventLoop) -> None:
+        self._adapter = adapter
+        self._loop = loop
+
+    def _run(self, awaitable: Any) -> Any:
+        return self._loop.run_until_complete(awaitable)
+
+    def put(self, *args: Any) -> Any:
+        return self._run(self._adapter.aput(*args))
+
+    def put_writes(self, *args: Any) -> Any:
+        return self._run(self._adapter.aput_writes(*args))
+
+    def get_tuple(self, config: Any) -> Any:
+        return self._run(self._adapter.aget_tuple(config))
+
+    def list(self, config: Any, **kwargs: Any) -> list[Any]:
+        async def collect() -> list[Any]:
+            return [t async for t in self._adapter.alist(config, **kwargs)]
+
+        return self._run(collect())  # type: ignore[no-any-return]
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._adapter.adelete_thread(thread_id))
+
+    def get_delta_channel_history(self, **kwargs: Any) -> Any:
+        return self._run(self._adapter.aget_delta_channel_history(**kwargs))
+
+
 @pytest.fixture(params=KINDS)
 def our_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """One of our sync savers behind the adapter, shared by the test's examples (each
-    example writes threads of its own)."""
+    """One of our savers behind the adapter, shared by the test's examples (each example
+    writes threads of its own); the async ones through their async API."""
     kind = request.param
     schema = None
+    if kind in ("postgres", "async_postgres"):
+        require_postgres()
+        schema = f"cp_test_{uuid.uuid4().hex[:12]}"
+    loop = asyncio.new_event_loop()
     if kind == "memory":
         from checkpointer.savers.memory import InMemorySaver
 
@@ -382,19 +445,33 @@ def our_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         from checkpointer.savers.sqlite import SqliteSaver
 
         saver = SqliteSaver(tmp_path / "differential.db")
-        saver.setup()
-    else:
+    elif kind == "async_sqlite":
+        from checkpointer.savers.sqlite import AsyncSqliteSaver
+
+        saver = AsyncSqliteSaver(tmp_path / "differential.db")
+    elif kind == "postgres":
         from checkpointer.savers.postgres import PostgresSaver
 
-        require_postgres()
-        schema = f"cp_test_{uuid.uuid4().hex[:12]}"
         saver = PostgresSaver(PG_URL, schema=schema, min_size=1, max_size=2)
-        saver.setup()
+    else:
+        from checkpointer.savers.postgres import AsyncPostgresSaver
+
+        saver = AsyncPostgresSaver(PG_URL, schema=schema, min_size=1, max_size=2)
+    is_async = kind.startswith("async_")
     try:
-        yield LangGraphSaver(saver)
+        if is_async:
+            loop.run_until_complete(saver.setup())
+            yield AsyncSide(LangGraphSaver(saver), loop)
+        else:
+            if kind != "memory":
+                saver.setup()
+            yield LangGraphSaver(saver)
     finally:
-        if kind != "memory":
+        if is_async:
+            loop.run_until_complete(saver.aclose())
+        elif kind != "memory":
             saver.close()
+        loop.close()
         if schema is not None:
             drop_schema(schema)
 
