@@ -34,6 +34,7 @@ pytest.importorskip("langgraph.checkpoint.memory")
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver as ReferenceSaver
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from checkpointer.langgraph import LangGraphSaver
 from tests.conftest import PG_URL, drop_schema, require_postgres
@@ -41,6 +42,7 @@ from tests.test_fuzz import example_settings
 
 KINDS = ("memory", "sqlite", "async_sqlite", "postgres", "async_postgres")
 CHANNELS = ("messages", "count", "note", "items")
+GROWING = "log"
 NAMESPACES = ("", "inner:6f1c3d2e-0000-4000-8000-000000000001")
 SPECIAL = ("__error__", "__interrupt__", "__resume__", "__scheduled__")
 THREADS = 3
@@ -88,16 +90,22 @@ json_values = st.recursive(
     max_leaves=6,
 )
 
+# A delta channel's snapshot, as LangGraph's DeltaChannel puts it among the values.
+snapshots = st.builds(_DeltaSnapshot, st.lists(scalars, max_size=3))
+# A delta channel's snapshot, as LangGraph's DeltaChannel puts it among the values.
+snapshots = st.builds(_DeltaSnapshot, st.lists(scalars, max_size=3))
 put_op = st.tuples(
     st.just("put"),
     st.integers(0, THREADS - 1),  # thread
     st.sampled_from(NAMESPACES),
     st.integers(0, 10**6),  # which parent: 0 the head, else any earlier checkpoint
     st.dictionaries(
-        st.sampled_from(CHANNELS), st.one_of(values, st.just(None).map(lambda _: EMPTY))
+        st.sampled_from(CHANNELS),
+        st.one_of(values, snapshots, st.just(None).map(lambda _: EMPTY)),
     ),
     st.dictionaries(st.sampled_from(("user", "tag", "step")), json_values, max_size=2),
     st.sampled_from((None, "run-a", "run-b")),
+    st.integers(0, 3),  # items appended to the growing list channel (0: not updated)
 )
 writes_op = st.tuples(
     st.just("put_writes"),
@@ -192,6 +200,8 @@ def _config(thread: str, ns: str, checkpoint_id: str | None = None) -> dict[str,
 def _lists(value: Any) -> Any:
     """`value` with its tuples as lists: LangGraph's serializer reads a tuple back as a
     list, ours as the tuple it was (README, "Serializer"); nothing else may differ."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple keeps its type
+        return (type(value).__name__, [_lists(v) for v in value])
     if isinstance(value, tuple | list):
         return [_lists(v) for v in value]
     if isinstance(value, dict):
@@ -232,7 +242,7 @@ def _pick(items: list[Any], i: int) -> Any:
 
 
 def _put(program: Program, op: tuple[Any, ...]) -> None:
-    _, t, ns, which, updates, user_meta, run_id = op
+    _, t, ns, which, updates, user_meta, run_id, grown = op
     thread = program.thread(t)
     here = [k for k in program.stored if k[0] == thread and k[1] == ns]
     parent = None
@@ -241,6 +251,11 @@ def _put(program: Program, op: tuple[Any, ...]) -> None:
     values, versions = ({}, {}) if parent is None else program.states[parent]
     values, versions = dict(values), dict(versions)
     new_versions: dict[str, str] = {}
+    if grown:  # a list that grows by appends, kilobytes a step: stored as tails, compressed
+        log = values.get(GROWING, [])
+        added = grown if log else 8 * grown  # large enough a base for the next to be a tail
+        log = [*log, *(f"{len(program.stored)}/{len(log) + i} " * 40 for i in range(added))]
+        updates = {**updates, GROWING: log}
     for channel, value in updates.items():
         version = program.ref.get_next_version(versions.get(channel), None)
         versions[channel] = new_versions[channel] = version
