@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -442,11 +443,10 @@ class AsyncSide:
         return self._run(self._adapter.aget_delta_channel_history(**kwargs))
 
 
-@pytest.fixture(params=KINDS)
-def our_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """One of our savers behind the adapter, shared by the test's examples (each example
-    writes threads of its own); the async ones through their async API."""
-    kind = request.param
+@contextmanager
+def opened_adapter(kind: str, tmp_path: Path) -> Iterator[Any]:
+    """One of our savers of `kind` behind the adapter; an async one as an `AsyncSide` on a
+    loop of its own. Closed (its PostgreSQL schema dropped) on exit."""
     schema = None
     if kind in ("postgres", "async_postgres"):
         require_postgres()
@@ -459,11 +459,11 @@ def our_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     elif kind == "sqlite":
         from checkpointer.savers.sqlite import SqliteSaver
 
-        saver = SqliteSaver(tmp_path / "differential.db")
+        saver = SqliteSaver(tmp_path / f"{uuid.uuid4().hex}.db")
     elif kind == "async_sqlite":
         from checkpointer.savers.sqlite import AsyncSqliteSaver
 
-        saver = AsyncSqliteSaver(tmp_path / "differential.db")
+        saver = AsyncSqliteSaver(tmp_path / f"{uuid.uuid4().hex}.db")
     elif kind == "postgres":
         from checkpointer.savers.postgres import PostgresSaver
 
@@ -489,6 +489,13 @@ def our_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         loop.close()
         if schema is not None:
             drop_schema(schema)
+
+
+@pytest.fixture(params=KINDS)
+def our_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each of our savers, shared by the test's examples (each writes threads of its own)."""
+    with opened_adapter(request.param, tmp_path) as saver:
+        yield saver
 
 
 @PROGRAMS
