@@ -58,7 +58,7 @@ steps = st.lists(
         st.tuples(st.just("resume_from"), st.integers(0, 10**6)),
     ),
     min_size=1,
-    max_size=6,
+    max_size=10,
 )
 
 
