@@ -38,7 +38,15 @@ from langgraph.checkpoint.memory import InMemorySaver as ReferenceSaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from checkpointer.langgraph import LangGraphSaver
-from tests.conftest import PG_URL, drop_schema, require_postgres
+from checkpointer.types import make_config
+from tests.conftest import (
+    ASYNC_KINDS,
+    PG_KINDS,
+    close_saver,
+    drop_schema,
+    open_saver,
+    require_postgres,
+)
 from tests.test_fuzz import example_settings
 
 KINDS = ("memory", "sqlite", "async_sqlite", "postgres", "async_postgres")
@@ -191,13 +199,6 @@ class Program:
         return f"{self.prefix}-{i}"
 
 
-def _config(thread: str, ns: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
-
-
 def _lists(value: Any) -> Any:
     """`value` with its tuples as lists: LangGraph's serializer reads a tuple back as a
     list, ours as the tuple it was (README, "Serializer"); nothing else may differ."""
@@ -285,7 +286,7 @@ def _put(program: Program, op: tuple[Any, ...]) -> None:
     }
     if run_id is not None:
         metadata["run_id"] = run_id
-    config = _config(thread, ns, parent[2] if parent else None)
+    config = make_config(thread, ns, parent[2] if parent else None)
     ref, ours = _both(program, "put", config, checkpoint, metadata, new_versions)
     assert ref == ours
     key = (thread, ns, checkpoint_id)
@@ -299,7 +300,7 @@ def _put_writes(program: Program, op: tuple[Any, ...]) -> None:
     if target is None:
         return
     task_id = str(uuid.UUID(int=task + 1, version=4))
-    _both(program, "put_writes", _config(*target), writes, task_id, f"~path{task}")
+    _both(program, "put_writes", make_config(*target), writes, task_id, f"~path{task}")
 
 
 def _early_writes(program: Program, op: tuple[Any, ...]) -> None:
@@ -311,7 +312,7 @@ def _early_writes(program: Program, op: tuple[Any, ...]) -> None:
         (thread, ns), str(uuid6(clock_seq=len(program.stored)))
     )
     task_id = str(uuid.UUID(int=task + 1, version=4))
-    config = _config(thread, ns, checkpoint_id)
+    config = make_config(thread, ns, checkpoint_id)
     _both(program, "put_writes", config, writes, task_id, f"~path{task}")
 
 
@@ -321,7 +322,7 @@ def _read_tuple(program: Program, op: tuple[Any, ...]) -> None:
     for ns in NAMESPACES:
         mine = [k for k in program.stored if k[0] == thread and k[1] == ns]
         checkpoint_id = None if which < 0 or not mine else _pick(mine, which)[2]
-        ref, ours = _both(program, "get_tuple", _config(thread, ns, checkpoint_id))
+        ref, ours = _both(program, "get_tuple", make_config(thread, ns, checkpoint_id))
         assert _comparable(ours) == _comparable(ref)
 
 
@@ -334,10 +335,10 @@ def _list(program: Program, op: tuple[Any, ...]) -> None:
     elif scope == "thread":
         config = {"configurable": {"thread_id": thread}}
     else:
-        config = _config(thread, ns)
+        config = make_config(thread, ns)
     before = None
     if before_at is not None and program.stored:
-        before = _config(*_pick(program.stored, before_at))
+        before = make_config(*_pick(program.stored, before_at))
     if scope != "namespace":
         limit = None  # across namespaces the reference savers order differently
     kwargs = {"filter": filter_ or None, "before": before, "limit": limit}
@@ -365,11 +366,11 @@ def _reput(program: Program, op: tuple[Any, ...]) -> None:
     key = _pick(program.stored, which)
     if key is None:
         return
-    found = program.ref.get_tuple(_config(*key))
+    found = program.ref.get_tuple(make_config(*key))
     if found is None:
         return
     parent = found.parent_config
-    config = parent if parent is not None else _config(key[0], key[1])
+    config = parent if parent is not None else make_config(key[0], key[1])
     metadata = {**found.metadata, **user_meta}
     checkpoint = dict(found.checkpoint)
     ref, ours = _both(program, "put", config, checkpoint, metadata, {})
@@ -379,12 +380,12 @@ def _reput(program: Program, op: tuple[Any, ...]) -> None:
 def _delta(program: Program, op: tuple[Any, ...]) -> None:
     _, which, t, channels = op
     if which < 0:
-        config = _config(program.thread(t), "")
+        config = make_config(program.thread(t), "")
     else:
         key = _pick(program.stored, which)
         if key is None:
             return
-        config = _config(*key)
+        config = make_config(*key)
     ref, ours = _both(program, "get_delta_channel_history", config=config, channels=channels)
     assert set(ours) == set(ref)
     for channel in ref:
@@ -445,47 +446,22 @@ class AsyncSide:
 
 @contextmanager
 def opened_adapter(kind: str, tmp_path: Path) -> Iterator[Any]:
-    """One of our savers of `kind` behind the adapter; an async one as an `AsyncSide` on a
-    loop of its own. Closed (its PostgreSQL schema dropped) on exit."""
+    """One of our savers of `kind` (opened as every contract test opens it) behind the
+    adapter; an async one as an `AsyncSide` on a loop of its own. Closed (its PostgreSQL
+    schema dropped) on exit."""
     schema = None
-    if kind in ("postgres", "async_postgres"):
+    if kind in PG_KINDS:
         require_postgres()
         schema = f"cp_test_{uuid.uuid4().hex[:12]}"
     loop = asyncio.new_event_loop()
-    if kind == "memory":
-        from checkpointer.savers.memory import InMemorySaver
-
-        saver: Any = InMemorySaver()
-    elif kind == "sqlite":
-        from checkpointer.savers.sqlite import SqliteSaver
-
-        saver = SqliteSaver(tmp_path / f"{uuid.uuid4().hex}.db")
-    elif kind == "async_sqlite":
-        from checkpointer.savers.sqlite import AsyncSqliteSaver
-
-        saver = AsyncSqliteSaver(tmp_path / f"{uuid.uuid4().hex}.db")
-    elif kind == "postgres":
-        from checkpointer.savers.postgres import PostgresSaver
-
-        saver = PostgresSaver(PG_URL, schema=schema, min_size=1, max_size=2)
-    else:
-        from checkpointer.savers.postgres import AsyncPostgresSaver
-
-        saver = AsyncPostgresSaver(PG_URL, schema=schema, min_size=1, max_size=2)
-    is_async = kind.startswith("async_")
     try:
-        if is_async:
-            loop.run_until_complete(saver.setup())
-            yield AsyncSide(LangGraphSaver(saver), loop)
-        else:
-            if kind != "memory":
-                saver.setup()
-            yield LangGraphSaver(saver)
+        saver = loop.run_until_complete(open_saver(kind, tmp_path, schema))
+        try:
+            adapter = LangGraphSaver(saver)
+            yield AsyncSide(adapter, loop) if kind in ASYNC_KINDS else adapter
+        finally:
+            loop.run_until_complete(close_saver(kind, saver))
     finally:
-        if is_async:
-            loop.run_until_complete(saver.aclose())
-        elif kind != "memory":
-            saver.close()
         loop.close()
         if schema is not None:
             drop_schema(schema)
