@@ -419,6 +419,14 @@ class AsyncSide:
         self._adapter = adapter
         self._loop = loop
 
+    @property
+    def adapter(self) -> LangGraphSaver:
+        return self._adapter
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
     def _run(self, awaitable: Any) -> Any:
         return self._loop.run_until_complete(awaitable)
 

@@ -315,7 +315,7 @@ def saver_side(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Each of our savers behind the adapter: (checkpointer, loop or None)."""
     with opened_adapter(request.param, tmp_path) as saver:
         if isinstance(saver, AsyncSide):
-            yield saver._adapter, saver._loop
+            yield saver.adapter, saver.loop
         else:
             yield saver, None
 
