@@ -3,7 +3,7 @@
 `test_differential_graphs.py` drives a chat loop; this drives a workflow with the parts of
 LangGraph that lean hardest on a saver: `Send` fan-out (pending sends, the tasks channel),
 `interrupt` in the graph and inside a subgraph (checkpoints of a namespace of their own,
-resumed by `Command(resume=...)`), workers that fail (the writes of the tasks that
+resumed by `Command(resume=...)`), static breakpoints (`interrupt_before`), workers that fail (the writes of the tasks that
 finished are kept as pending writes and must not run again), retries, `update_state`,
 runs resumed from earlier checkpoints, and the three durability modes. Hypothesis writes
 the session; after each step the outcome (an error's type and text), the head state with
@@ -234,11 +234,16 @@ class Side:
         assert self.loop is not None
         return self.loop.run_until_complete(awaitable)
 
-    def invoke(self, value: Any, config: Any, durability: Any = "sync") -> None:
+    def invoke(
+        self, value: Any, config: Any, durability: Any = "sync", pause: str | None = None
+    ) -> None:
+        """Run the graph; `pause`: a node to stop before (a static breakpoint)."""
+        before = [pause] if pause else None
         if self.loop is None:
-            self.graph.invoke(value, config, durability=durability)
+            self.graph.invoke(value, config, durability=durability, interrupt_before=before)
         else:
-            self._await(self.graph.ainvoke(value, config, durability=durability))
+            run = self.graph.ainvoke(value, config, durability=durability, interrupt_before=before)
+            self._await(run)
 
     def state(self, config: Any) -> Any:
         if self.loop is None:
@@ -264,12 +269,12 @@ class Side:
         history = self.history()
         self.workflow.start(None)
         if kind == "run" or not history:
-            _, topic, workers, ask, failing, durability = (
-                step if kind == "run" else ("run", "t", 1, False, None, "sync")
+            _, topic, workers, ask, failing, durability, pause = (
+                step if kind == "run" else ("run", "t", 1, False, None, "sync", None)
             )
             self.workflow.start(failing)
             start = {"topic": topic, "workers": workers, "ask": ask, "log": [f"start {topic}"]}
-            self.invoke(start, self.config, durability)
+            self.invoke(start, self.config, durability, pause)
         elif kind == "resume":
             self.invoke(Command(resume=step[1]), self.config)
         elif kind == "retry":
@@ -297,6 +302,7 @@ steps = st.lists(
             st.booleans(),
             st.one_of(st.none(), st.integers(0, 2)),
             st.sampled_from(("sync", "async", "exit")),
+            st.sampled_from((None, "review", "sub")),
         ),
         st.tuples(st.just("resume"), st.sampled_from(("yes", "no", ""))),
         st.tuples(st.just("retry")),
