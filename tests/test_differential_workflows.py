@@ -3,13 +3,13 @@
 `test_differential_graphs.py` drives a chat loop; this drives a workflow with the parts of
 LangGraph that lean hardest on a saver: `Send` fan-out (pending sends, the tasks channel),
 `interrupt` in the graph and inside a subgraph (checkpoints of a namespace of their own,
-resumed by `Command(resume=...)`), static breakpoints (`interrupt_before`), workers that fail (the writes of the tasks that
-finished are kept as pending writes and must not run again), retries, `update_state`,
-runs resumed from earlier checkpoints, and the three durability modes. Hypothesis writes
-the session; after each step the outcome (an error's type and text), the head state with
-its subgraph states, the whole history and how many times each node ran must be the same
-on both savers. The async savers run the same sessions through `ainvoke`, `aget_state`,
-... on the event loop they were opened on.
+resumed by `Command(resume=...)`), static breakpoints (`interrupt_before`), workers that
+fail (the writes of the tasks that finished are kept as pending writes and must not run
+again), retries, `update_state`, runs resumed from earlier checkpoints, and the three
+durability modes. Hypothesis writes the session; after each step the outcome (an error's
+type and text), the head state with its subgraph states, the whole history and how many
+times each node ran must be the same on both savers. The async savers run the same
+sessions through `ainvoke`, `aget_state`, ... on the event loop they were opened on.
 """
 
 from __future__ import annotations
