@@ -8,8 +8,9 @@ fail (the writes of the tasks that finished are kept as pending writes and must 
 again), retries, `update_state`, runs resumed from earlier checkpoints, and the three
 durability modes. Hypothesis writes the session; after each step the outcome (an error's
 type and text), the head state with its subgraph states, the whole history and how many
-times each node ran must be the same on both savers. The async savers run the same
-sessions through `ainvoke`, `aget_state`, ... on the event loop they were opened on.
+times each node ran, and every stored checkpoint of both namespaces as the saver's `list`
+gives it, must be the same on both savers. The async savers run the same sessions
+through `ainvoke`, `aget_state`, ... on the event loop they were opened on.
 """
 
 from __future__ import annotations
@@ -227,6 +228,7 @@ class Side:
     def __init__(self, checkpointer: Any, loop: asyncio.AbstractEventLoop | None, thread: str):
         self.workflow = Workflow(checkpointer, asynchronous=loop is not None)
         self.graph = self.workflow.graph
+        self.checkpointer = checkpointer
         self.loop = loop
         self.config: Any = {"configurable": {"thread_id": thread}}
 
@@ -285,11 +287,39 @@ class Side:
         else:  # "resume_from": replay or fork from an earlier checkpoint
             self.invoke(None, history[step[1] % len(history)].config)
 
+    def stored(self) -> list[tuple[Any, ...]]:
+        """The thread's checkpoints of every namespace as the saver's own `list` gives
+        them (a config without a namespace lists them all), each summed up without ids:
+        namespace path by node names, step, source, channels with a value, pending
+        writes' channels. Sorted: LangGraph's savers order namespaces differently."""
+        if self.loop is None:
+            tuples = list(self.checkpointer.list(self.config))
+        else:
+
+            async def collect() -> list[Any]:
+                return [t async for t in self.checkpointer.alist(self.config)]
+
+            tuples = self._await(collect())
+        return sorted(
+            (
+                "|".join(
+                    part.split(":")[0]
+                    for part in t.config["configurable"]["checkpoint_ns"].split("|")
+                ),
+                t.metadata.get("step"),
+                t.metadata.get("source"),
+                sorted(t.checkpoint["channel_values"]),
+                sorted(write[1] for write in t.pending_writes or ()),
+            )
+            for t in tuples
+        )
+
     def observe(self) -> dict[str, Any]:
         return {
             "head": _snapshot(self.state(self.config)),
             "history": _history(self.history()),
             "runs": dict(self.workflow.runs),
+            "stored": self.stored(),
         }
 
 
