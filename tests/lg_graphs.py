@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -127,29 +128,35 @@ def subgraph_graph() -> StateGraph:
     return outer
 
 
-def observe(graph: Any, config: dict[str, Any]) -> dict[str, Any]:
-    """What a user sees of a thread: head state and the whole history, ids left out
-    (they are time-based) but parent links kept as positions."""
-    state = graph.get_state(config)
-    history = list(graph.get_state_history(config))
+def history_view(
+    history: list[Any], task: Callable[[Any], Any] = attrgetter("name")
+) -> list[dict[str, Any]]:
+    """A thread's history (newest first) as a user sees it, ids left out (they are
+    time-based) but parent links kept as positions; each task as `task` shows it."""
     ids = [h.config["configurable"]["checkpoint_id"] for h in history]
+    return [
+        {
+            "values": h.values,
+            "next": h.next,
+            "step": h.metadata.get("step"),
+            "source": h.metadata.get("source"),
+            "parent": ids.index(h.parent_config["configurable"]["checkpoint_id"])
+            if h.parent_config and h.parent_config["configurable"]["checkpoint_id"] in ids
+            else None,
+            "interrupts": [i.value for i in h.interrupts],
+            "tasks": sorted(map(task, h.tasks)),
+        }
+        for h in history
+    ]
+
+
+def observe(graph: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """What a user sees of a thread: head state and the whole history (`history_view`)."""
+    state = graph.get_state(config)
     return {
         "values": state.values,
         "next": state.next,
-        "history": [
-            {
-                "values": h.values,
-                "next": h.next,
-                "step": h.metadata.get("step"),
-                "source": h.metadata.get("source"),
-                "parent": ids.index(h.parent_config["configurable"]["checkpoint_id"])
-                if h.parent_config and h.parent_config["configurable"]["checkpoint_id"] in ids
-                else None,
-                "interrupts": [i.value for i in h.interrupts],
-                "tasks": sorted(t.name for t in h.tasks),
-            }
-            for h in history
-        ],
+        "history": history_view(list(graph.get_state_history(config))),
     }
 
 

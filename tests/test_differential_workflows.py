@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -37,7 +37,7 @@ from langgraph.errors import InvalidUpdateError
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
-from tests.lg_graphs import add_batches
+from tests.lg_graphs import add_batches, history_view
 from tests.test_differential_langgraph import KINDS, PROGRAMS, AsyncSide, opened_adapter
 from tests.test_fuzz import example_settings
 
@@ -203,23 +203,8 @@ def _snapshot(state: Any) -> dict[str, Any]:
     }
 
 
-def _history(states: list[Any]) -> list[dict[str, Any]]:
-    ids = [s.config["configurable"]["checkpoint_id"] for s in states]
-    out = []
-    for s in states:
-        parent = s.parent_config["configurable"]["checkpoint_id"] if s.parent_config else None
-        out.append(
-            {
-                "values": s.values,
-                "next": s.next,
-                "step": s.metadata.get("step"),
-                "source": s.metadata.get("source"),
-                "parent": ids.index(parent) if parent in ids else None,
-                "interrupts": [i.value for i in s.interrupts],
-                "tasks": sorted((t.name, t.error is not None) for t in s.tasks),
-            }
-        )
-    return out
+def _task_and_failed(task: Any) -> tuple[str, bool]:
+    return task.name, task.error is not None
 
 
 class Side:
@@ -252,14 +237,22 @@ class Side:
             return self.graph.get_state(config, subgraphs=True)
         return self._await(self.graph.aget_state(config, subgraphs=True))
 
-    def history(self) -> list[Any]:
+    def _listed(self, items: Callable[[], Iterable[Any]], aitems: Callable[[], Any]) -> list[Any]:
+        """Everything a listing yields: `items()` on a sync side, `aitems()` (an async
+        iterator) on the loop of an async one."""
         if self.loop is None:
-            return list(self.graph.get_state_history(self.config))
+            return list(items())
 
         async def collect() -> list[Any]:
-            return [s async for s in self.graph.aget_state_history(self.config)]
+            return [item async for item in aitems()]
 
         return self._await(collect())
+
+    def history(self) -> list[Any]:
+        return self._listed(
+            lambda: self.graph.get_state_history(self.config),
+            lambda: self.graph.aget_state_history(self.config),
+        )
 
     def update(self, config: Any, values: dict[str, Any]) -> Any:
         if self.loop is None:
@@ -292,14 +285,10 @@ class Side:
         them (a config without a namespace lists them all), each summed up without ids:
         namespace path by node names, step, source, channels with a value, pending
         writes' channels. Sorted: LangGraph's savers order namespaces differently."""
-        if self.loop is None:
-            tuples = list(self.checkpointer.list(self.config))
-        else:
-
-            async def collect() -> list[Any]:
-                return [t async for t in self.checkpointer.alist(self.config)]
-
-            tuples = self._await(collect())
+        tuples = self._listed(
+            lambda: self.checkpointer.list(self.config),
+            lambda: self.checkpointer.alist(self.config),
+        )
         return sorted(
             (
                 "|".join(
@@ -317,7 +306,7 @@ class Side:
     def observe(self) -> dict[str, Any]:
         return {
             "head": _snapshot(self.state(self.config)),
-            "history": _history(self.history()),
+            "history": history_view(self.history(), _task_and_failed),
             "runs": dict(self.workflow.runs),
             "stored": self.stored(),
         }
