@@ -29,6 +29,7 @@ from checkpointer.savers.base import (
     validate_limit,
     validate_metadata_filter,
 )
+from checkpointer.savers.memory_history import HistoryMemo, Visit
 from checkpointer.savers.memory_lifecycle import MemoryLifecycle
 from checkpointer.savers.memory_store import (
     WRITE_ORDER,
@@ -99,6 +100,8 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         self._meta: dict[str, ThreadMeta] = {}
         # Values decoded before, handed out as fresh copies (see `memory_values`).
         self._decoded = DecodedValues()
+        # Delta histories of walks just made, answering their ancestors' (`memory_history`).
+        self._histories = HistoryMemo(self._decoded.max_bytes)
 
     def _touch(self, thread_id: str) -> None:
         """Record a write to the thread (its summary's `updated_at`); caller holds the lock."""
@@ -228,21 +231,30 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         # to channels without a seed yet (in the order they were applied) and the stored
         # values it holds of those channels (the seeds). Nothing is decoded until the
         # walk is over: the loop below is the whole per-ancestor cost.
-        visits: builtins.list[_Visit] = []
+        visits: builtins.list[Visit] = []
         with self._lock:
             namespace = self._threads.get(thread_id, {}).get(ns) or Namespace()
             blobs = self._blobs
             target_id = target_id or (namespace.head() if namespace else None)
             target = namespace.get(target_id) if target_id else None
-            cursor = target.parent_id if target else None
-            seen = {target_id} if target else set()
+            if target_id is None or target is None:  # nothing to walk
+                return self._history_result(thread_id, ns, wanted, visits)
+            # Kept decoded only with our own serializer (see `_fast_loader`).
+            memo = self._histories if type(self.serde) is MsgpackSerializer else None
+            if memo is not None:
+                answered = memo.answer(thread_id, ns, target_id, wanted)
+                if answered is not None:
+                    return answered
+            cursor = target.parent_id
+            # Every checkpoint passed, by position: -1 the target, then its ancestors.
+            positions = {target_id: -1}
             while cursor is not None and remaining:
                 stored = namespace.get(cursor)
                 if stored is None:
                     break
-                if cursor in seen:
+                if cursor in positions:
                     raise history_loop(thread_id, ns, cursor)
-                seen.add(cursor)
+                positions[cursor] = len(positions) - 1
                 writes = [w for w in stored.writes.values() if w.channel in remaining]
                 if len(writes) > 1:
                     writes.sort(key=WRITE_ORDER)
@@ -259,10 +271,20 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                     if found:
                         remaining = remaining.difference([channel for channel, _, _ in found])
                 cursor = stored.parent_id
-            return self._history_result(thread_id, ns, wanted, visits)
+            result = self._history_result(thread_id, ns, wanted, visits)
+            if memo is not None:
+                memo.remember(
+                    thread_id,
+                    ns,
+                    wanted,
+                    positions,
+                    visits,
+                    partial(self._history_result, thread_id, ns),
+                )
+            return result
 
     def _history_result(
-        self, thread_id: str, ns: str, wanted: builtins.list[str], visits: builtins.list[_Visit]
+        self, thread_id: str, ns: str, wanted: builtins.list[str], visits: builtins.list[Visit]
     ) -> dict[str, DeltaChannelHistory]:
         """The walk's visits decoded into one history per channel: writes oldest first,
         and the seed where one was found (caller holds the lock)."""
@@ -303,7 +325,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
         return out
 
     def _write_values(
-        self, visits: builtins.list[_Visit], fast: Callable[[Typed], Any]
+        self, visits: builtins.list[Visit], fast: Callable[[Typed], Any]
     ) -> Callable[[Typed], Any]:
         """A loader for the writes of a history walk: their msgpack payloads decoded by one
         call where the serializer can (`plain_batch_loader`: each checked to be exactly one
@@ -567,6 +589,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
                 raise put_parent_loop(thread_id, ns, checkpoint_id)
             if namespace is None:
                 namespace = self._threads.setdefault(thread_id, {})[ns] = Namespace()
+            self._histories.forget(thread_id)  # a re-put may change an ancestor
             meta = self._meta.get(thread_id)
             if meta is None:
                 self._touch(thread_id)
@@ -683,6 +706,7 @@ class InMemorySaver(MemoryLifecycle, BaseCheckpointSaver):
             ]
         with self._lock:
             self._decoded.forget_templates()  # a checkpoint's writes change
+            self._histories.forget(thread_id)  # and so may its descendants' histories
             meta = self._meta.get(thread_id)
             if meta is None:
                 self._touch(thread_id)
@@ -725,7 +749,6 @@ def _plain_id(value: str) -> bool:
     return value.isascii() and len(value) <= MAX_ID_BYTES and "\x00" not in value
 
 
-_Visit = tuple[str, builtins.list[tuple[str, str, Typed]], builtins.list[StoredWrite]]
 """One ancestor on a delta history walk: its id, the seeds found there (channel, version,
 stored value) and its writes to the channels still walked, in the order they applied."""
 

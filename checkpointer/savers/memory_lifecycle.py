@@ -38,6 +38,7 @@ from checkpointer.savers.base import (
     validate_thread_listing,
     validate_ttl,
 )
+from checkpointer.savers.memory_history import HistoryMemo
 from checkpointer.savers.memory_store import (
     BlobKey,
     BlobSizes,
@@ -86,6 +87,7 @@ class MemoryLifecycle:
     _orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], StoredWrite]]
     _meta: dict[str, ThreadMeta]
     _decoded: DecodedValues
+    _histories: HistoryMemo
 
     if TYPE_CHECKING:
 
@@ -104,6 +106,7 @@ class MemoryLifecycle:
             self._threads.pop(thread_id, None)
             self._meta.pop(thread_id, None)
             self._decoded.clear()  # lets the deleted values go (kept ones hold them)
+            self._histories.forget()
             self._blobs = {k: v for k, v in self._blobs.items() if k[0] != thread_id}
             self._orphan_writes = {
                 k: v for k, v in self._orphan_writes.items() if k[0] != thread_id
@@ -147,6 +150,7 @@ class MemoryLifecycle:
                 raise ThreadExistsError(target_id)
             if replace:
                 self.delete_thread(target_id)
+            self._histories.forget(target_id)
             source = self._threads.get(source_id, {})
             target = self._threads.setdefault(target_id, {})
             for ns, namespace in source.items():
@@ -258,6 +262,7 @@ class MemoryLifecycle:
         plan.outcome.bytes_added = sum(len(blob[1]) for blob in blobs.values())
         if not dry_run:
             self._decoded.clear()
+            self._histories.forget()
             self._blobs.update(blobs)
             for ns, doomed in plan.delete.items():
                 namespace = self._threads[thread_id][ns]
@@ -468,6 +473,7 @@ class MemoryLifecycle:
         }
         self._blobs = {k: v for k, v in self._blobs.items() if k in referenced}
         self._decoded.clear()
+        self._histories.forget()
 
 
 def _unique(thread_ids: Sequence[str]) -> list[str]:

@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from checkpointer.savers.kept_history import KeptHistory, copy_history, keep_history
 from checkpointer.savers.sql.plan import Row
-from checkpointer.serde.fresh_copy import Copier, copier_for
 from checkpointer.types import DeltaChannelHistory
 
 TTL_SECONDS: Final = 2.0
@@ -71,42 +71,10 @@ class _Entry:
     channels: dict[str, _Channel] | None = None
     """Seeds and writes by channel (`_sorted`); empty when the rows cannot be reused."""
     cut: dict[str, int] = field(default_factory=dict)
-    decoded: dict[str, _Decoded] | None = None
+    decoded: dict[str, KeptHistory] | None = None
     """The whole history decoded, at the first answer, when every value has an exact
     cheap copy (`fresh_copy`): later answers copy instead of decoding again."""
     copyable: bool = True
-
-
-@dataclass(slots=True)
-class _Decoded:
-    seed: tuple[Any, Copier] | None
-    writes: list[tuple[str, str, Any, Copier]]
-
-
-def _decoded(history: DeltaChannelHistory) -> _Decoded | None:
-    """`history` (fresh objects, handed to no one) kept with the copier of each value."""
-    seed = None
-    if "seed" in history:
-        copy = copier_for(history["seed"])
-        if copy is None:
-            return None
-        seed = (history["seed"], copy)
-    writes = []
-    for task_id, channel, value in history["writes"]:
-        copy = copier_for(value)
-        if copy is None:
-            return None
-        writes.append((task_id, channel, value, copy))
-    return _Decoded(seed, writes)
-
-
-def _copied(kept: _Decoded, cut: int) -> DeltaChannelHistory:
-    out: DeltaChannelHistory = {
-        "writes": [(task_id, ch, copy(value)) for task_id, ch, value, copy in kept.writes[:cut]]
-    }
-    if kept.seed is not None:
-        out["seed"] = kept.seed[1](kept.seed[0])
-    return out
 
 
 def _sorted(entry: _Entry) -> bool:
@@ -201,13 +169,13 @@ class HistoryReuse:
             # The first answer decodes everything once; it is kept, never handed out.
             every = list(kept)
             whole = entry.decode([r for c in kept.values() for r in (*c.seeds, *c.writes)], every)
-            decoded = {ch: _decoded(whole[ch]) for ch in every}
+            decoded = {ch: keep_history(whole[ch]) for ch in every}
             if all(d is not None for d in decoded.values()):
                 entry.decoded = decoded  # type: ignore[assignment]
             else:
                 entry.copyable = False
         if entry.decoded is not None:
-            return {ch: _copied(entry.decoded[ch], cuts[ch]) for ch in channels}
+            return {ch: copy_history(entry.decoded[ch], cuts[ch]) for ch in channels}
         rows = [row for ch in channels for row in (*kept[ch].seeds, *kept[ch].writes[: cuts[ch]])]
         return entry.decode(rows, channels)
 
