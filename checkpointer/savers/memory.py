@@ -749,8 +749,5 @@ def _plain_id(value: str) -> bool:
     return value.isascii() and len(value) <= MAX_ID_BYTES and "\x00" not in value
 
 
-"""One ancestor on a delta history walk: its id, the seeds found there (channel, version,
-stored value) and its writes to the channels still walked, in the order they applied."""
-
 _ROW_ID = itemgetter(2)
 """A listed row's checkpoint id: rows of every thread sort by it, newest first."""

@@ -47,6 +47,7 @@ Decode = Callable[[list[str], list[Visit]], dict[str, DeltaChannelHistory]]
 @dataclass(slots=True)
 class _Walk:
     channels: list[str]
+    names: frozenset[str]
     positions: dict[str, int]
     """Every checkpoint the walk passed by id: -1 the one it started from, then 0, 1..."""
     visits: list[Visit]
@@ -86,7 +87,7 @@ class HistoryMemo:
         cost = sum(len(data[1]) for _, found, _ in visits for _, _, data in found)
         cost += sum(len(w.value[1]) for _, _, writes in visits for w in writes)
         start = next(iter(positions))  # the checkpoint the walk started from
-        walk = _Walk(channels, positions, visits, decode, cost)
+        walk = _Walk(channels, frozenset(channels), positions, visits, decode, cost)
         key = (thread_id, ns, start)
         self._drop(key)
         self._walks[key] = walk
@@ -103,7 +104,7 @@ class HistoryMemo:
                 continue
             walk = self._walks[key]
             position = walk.positions.get(checkpoint_id)
-            if position is None or not set(walk.channels).issuperset(channels):
+            if position is None or not walk.names.issuperset(channels):
                 continue
             seed_at, depths = self._sorted(walk)
             if any(seed_at.get(ch, position + 1) <= position for ch in channels):
