@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from checkpointer.ids import task_id_for
 from checkpointer.savers.memory import InMemorySaver
 from checkpointer.savers.memory_history import HistoryMemo
 from checkpointer.types import empty_checkpoint, make_config
+from tests.test_fuzz import example_settings
 
 CHANNELS = ("m", "n")
 
@@ -134,7 +135,7 @@ def spoil_answer(histories: dict[str, Any]) -> None:
             seed.append("spoiled")
 
 
-@settings(max_examples=150, deadline=None)
+@example_settings(150)
 @given(first=steps, ops=st.lists(operations, max_size=40))
 def test_answers_equal_a_walk_at_every_request(first: Any, ops: list[Any]) -> None:
     twins = Twins()
