@@ -14,22 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checkpointer.ids import task_id_for
-from checkpointer.savers.memory import InMemorySaver
-from checkpointer.savers.memory_history import HistoryMemo
 from checkpointer.savers.postgres import PostgresSaver
 from checkpointer.savers.sqlite import SqliteSaver
 from checkpointer.types import empty_checkpoint, make_config
 from tests.conftest import PG_URL, drop_schema, require_postgres
+from tests.test_memory_history import walker
 
 CHANNELS = ("m", "n")
-
-
-def _walking_memory_saver() -> InMemorySaver:
-    """The reference: an in-memory saver that walks the ancestors for every request
-    (it would otherwise answer from its own walks, as `memory_history.py` does)."""
-    saver = InMemorySaver()
-    saver._histories = HistoryMemo(0)
-    return saver
 
 
 @st.composite
@@ -113,7 +104,7 @@ def test_a_timeline_reads_the_histories_the_memory_saver_walks(
     sql_saver: Any, steps: list[dict[str, Any]]
 ) -> None:
     thread_id = uuid.uuid4().hex
-    memory = _walking_memory_saver()
+    memory = walker()
     want_configs = _drive(memory, thread_id, steps)
     got_configs = _drive(sql_saver, thread_id, steps)
     twin = {
@@ -138,7 +129,7 @@ def test_a_linear_timeline_is_answered_mostly_from_reuse(sql_saver: Any, shape: 
         {"parent": n - 1, "m": (True, n % 10 == 0, [shape(n)]), "n": (False, False, [])}
         for n in range(40)
     ]
-    memory = _walking_memory_saver()
+    memory = walker()
     want = _drive(memory, "t", steps)
     got = _drive(sql_saver, "t", steps)
     before = sql_saver._history_reuse.hits

@@ -99,14 +99,19 @@ class MemoryLifecycle:
             self, *, config: RunnableConfig, channels: Sequence[str]
         ) -> Mapping[str, DeltaChannelHistory]: ...
 
+    def _forget_decoded(self) -> None:
+        """Drop every decoded value and kept walk: stored values were deleted or replaced
+        (caller holds the lock)."""
+        self._decoded.clear()
+        self._histories.forget()
+
     # ----------------------------------------------------------- lifecycle
     def delete_thread(self, thread_id: str) -> None:
         check_id(thread_id, "thread_id")
         with self._lock:
             self._threads.pop(thread_id, None)
             self._meta.pop(thread_id, None)
-            self._decoded.clear()  # lets the deleted values go (kept ones hold them)
-            self._histories.forget()
+            self._forget_decoded()  # lets the deleted values go (kept ones hold them)
             self._blobs = {k: v for k, v in self._blobs.items() if k[0] != thread_id}
             self._orphan_writes = {
                 k: v for k, v in self._orphan_writes.items() if k[0] != thread_id
@@ -261,8 +266,7 @@ class MemoryLifecycle:
                 unmaterializable.setdefault(ns, set()).add((cid, channel))
         plan.outcome.bytes_added = sum(len(blob[1]) for blob in blobs.values())
         if not dry_run:
-            self._decoded.clear()
-            self._histories.forget()
+            self._forget_decoded()
             self._blobs.update(blobs)
             for ns, doomed in plan.delete.items():
                 namespace = self._threads[thread_id][ns]
@@ -472,8 +476,7 @@ class MemoryLifecycle:
             for channel, version in stored.channel_versions.items()
         }
         self._blobs = {k: v for k, v in self._blobs.items() if k in referenced}
-        self._decoded.clear()
-        self._histories.forget()
+        self._forget_decoded()
 
 
 def _unique(thread_ids: Sequence[str]) -> list[str]:
