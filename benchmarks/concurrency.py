@@ -127,6 +127,8 @@ def run_pg_concurrency(
     proxy = None
     url = opts.pg_url
     try:
+        for schema in SCHEMAS.values():  # run alone (`--workloads concurrency`), none exists yet
+            admin.ensure_schema(schema)
         if latency_ms > 0:
             proxy, url = _start_proxy(opts.pg_url, latency_ms)
         for rep in range(opts.repeat):

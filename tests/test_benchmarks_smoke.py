@@ -134,3 +134,38 @@ def test_every_goal_names_a_known_metric_and_column() -> None:
         assert set(goal.variants) <= set(VARIANTS), goal
         if goal.workload in ("chat", "floor", "growth"):
             assert set(goal.columns) <= columns, goal
+
+
+def test_pooled_concurrency_runs_alone_on_a_fresh_database(tmp_path: Path, pg_url: str) -> None:
+    """`--workloads concurrency` on a database no other workload prepared: the run makes
+    its own schemas (it used to fail with "no schema has been selected to create in")."""
+    import uuid
+
+    import psycopg
+
+    from benchmarks.backends import _with_dbname
+
+    dbname = f"cp_bench_{uuid.uuid4().hex[:10]}"
+    url = _with_dbname(pg_url, dbname)
+    argv = [
+        "--backends", "async_postgres",
+        "--workloads", "concurrency",
+        "--repeat", "1",
+        "--threads", "2",
+        "--thread-steps", "2",
+        "--pool-size", "2",
+        "--pg-latency-ms", "0",
+        "--pg-url", url,
+        "--out", str(tmp_path),
+        "--name", "conc",
+    ]  # fmt: skip
+    try:
+        assert main(argv) == 0
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    data = json.loads((tmp_path / "conc.json").read_text())
+    assert not [n for n in data["notes"] if n.startswith("FAILED")], data["notes"]
+    pooled = {r["metric"]: r for r in data["rows"] if r["backend"] == "async_postgres_pool"}
+    assert pooled["throughput"]["ours"] > 0 and pooled["throughput"]["ref"] > 0
+    assert pooled["errors"]["ours"] == 0 and pooled["errors"]["ref"] == 0
