@@ -8,12 +8,15 @@ and that both sides built the same thread.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.sqlite")
 
+from benchmarks.backends import _with_dbname
 from benchmarks.cli import main, not_measured
 from benchmarks.graphs import VARIANTS
 from benchmarks.report import markdown
@@ -139,12 +142,6 @@ def test_every_goal_names_a_known_metric_and_column() -> None:
 def test_pooled_concurrency_runs_alone_on_a_fresh_database(tmp_path: Path, pg_url: str) -> None:
     """`--workloads concurrency` on a database no other workload prepared: the run makes
     its own schemas (it used to fail with "no schema has been selected to create in")."""
-    import uuid
-
-    import psycopg
-
-    from benchmarks.backends import _with_dbname
-
     dbname = f"cp_bench_{uuid.uuid4().hex[:10]}"
     url = _with_dbname(pg_url, dbname)
     argv = [
